@@ -1,0 +1,125 @@
+"""The `marl` command line: `scenarios`, `train`, `eval`, `compare`.
+
+Flags come from the config dataclasses through tyro, so `--help` shows each field's docstring.
+`marl train --config FILE.yaml` reads defaults from YAML (safe_load), and flags override them.
+Errors in configs or inputs exit with status 2 and a message that says what to change.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+import tyro
+
+from marl.config import ConfigError, TrainConfig, load_yaml
+
+USAGE = """usage: marl {scenarios,train,eval,compare} [--help]
+
+  scenarios   list the scenarios with their kind, agent range and description
+  train       SFT warm start + RL on a scenario, tracked in MLflow
+  eval        evaluate a checkpoint (or a baseline) on held-out seeds; prints one JSON line
+  compare     table of the runs of an MLflow experiment
+"""
+
+
+@dataclass
+class EvalArgs:
+    """`marl eval`: held-out evaluation of a checkpoint or a baseline policy."""
+
+    checkpoint: str | None = None
+    """Checkpoint folder printed by `marl train` (needed unless --policy is a baseline)."""
+    policy: str = "checkpoint"
+    """`checkpoint`, or a baseline: `expert` (scripted), `random` (uniform valid action), `untrained` (random-init LLM)."""
+    scenario: str = "tool_use"
+    """Scenario name."""
+    split: str = "basic"
+    """Evaluation split (held-out seeds)."""
+    episodes: int = 200
+    """Episodes to play (the split's first N held-out seeds)."""
+    seed: int = 0
+    """Sampling seed (only used with --no-greedy) and seed of the untrained model."""
+    agents: int | None = None
+    """Agent count (default: the checkpoint's, else 1)."""
+    greedy: bool = True
+    """Greedy decoding (sampled at the policy temperature otherwise)."""
+    model: str = "tiny-moe"
+    """Model preset for `--policy untrained`."""
+    output_dir: str = "runs"
+    """Folder of the tokenizer cache for `--policy untrained`."""
+
+
+@dataclass
+class CompareArgs:
+    """`marl compare`: the runs of an experiment side by side."""
+
+    experiment: str = "marl"
+    """MLflow experiment name."""
+    tracking_uri: str = "sqlite:///mlflow.db"
+    """MLflow tracking URI."""
+    metrics: tuple[str, ...] = ("eval/basic/success_rate", "eval/hard/success_rate", "eval/adversarial/success_rate")
+    """Metrics to show (last value of each run)."""
+    max_runs: int = 50
+    """Most recent runs to list."""
+
+
+def _scenarios() -> int:
+    import scenarios
+
+    for name in scenarios.names():
+        info = scenarios.info(name)
+        low, high = info.agent_range
+        print(f"{name:<16} {info.kind:<12} agents {low}-{high:<4} {info.description}")
+    return 0
+
+
+def _train(argv: list[str]) -> int:
+    default = TrainConfig()
+    if "--config" in argv:
+        i = argv.index("--config")
+        if i + 1 >= len(argv):
+            raise ConfigError("--config needs a YAML file path")
+        default = load_yaml(argv[i + 1])
+    cfg = tyro.cli(TrainConfig, default=default, args=argv, prog="marl train")
+    from marl.train import train
+
+    train(cfg)
+    return 0
+
+
+def _eval(argv: list[str]) -> int:
+    from marl.evaluation_cli import run_eval
+
+    args = tyro.cli(EvalArgs, args=argv, prog="marl eval")
+    print(json.dumps(run_eval(args), sort_keys=True))
+    return 0
+
+
+def _compare(argv: list[str]) -> int:
+    from marl.compare import compare_table
+
+    args = tyro.cli(CompareArgs, args=argv, prog="marl compare")
+    print(compare_table(args.tracking_uri, args.experiment, list(args.metrics), args.max_runs))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    handlers = {"scenarios": lambda: _scenarios(), "train": lambda: _train(rest), "eval": lambda: _eval(rest),
+                "compare": lambda: _compare(rest)}
+    if command not in handlers:
+        print(f"marl: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        return handlers[command]()
+    except ConfigError as err:
+        print(f"marl {command}: config error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

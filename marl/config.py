@@ -1,0 +1,230 @@
+"""Typed configuration of a training run: the single source of truth for every default.
+
+Each field carries a one-line docstring; tyro turns these dataclasses into the `marl train` CLI
+whose help text is those docstrings. `validate()` runs at startup and raises `ConfigError` with a
+message that says which field to change. YAML files are read with `safe_load` into the same
+dataclasses; nothing is ever imported by a dotted path from a config.
+
+Left out for now: critic-based algorithms (`mappo`, `ippo`), communication and curriculum settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import tyro
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range; the message names the field and what to change."""
+
+
+@dataclass
+class PolicyConfig:
+    """The LLM MoE policy and its tokenizer."""
+
+    model: str = "tiny-moe"
+    """Preset name (`tiny-moe`, `small-moe`), a local model folder, or a hub id (needs network)."""
+    vocab_size: int = 1024
+    """Byte-level BPE merges budget of the offline tokenizer (entities and special tokens come on top)."""
+    tokenizer_episodes: int = 2000
+    """Scripted-expert episodes whose text trains the offline tokenizer (cached on disk by content hash)."""
+    constrained: bool = True
+    """Constrained decoding from the scenario's action grammar; off means the format reward must teach format."""
+    temperature: float = 1.0
+    """Sampling temperature during RL rollouts (logprobs are computed at the same temperature)."""
+    max_new_tokens: int = 48
+    """Longest action in tokens; an unfinished action is malformed text for the scenario."""
+    router_aux_loss_coef: float = 0.001
+    """Weight of the MoE Switch load-balancing loss from router logits (RL keeps it small)."""
+
+
+@dataclass
+class WarmStartConfig:
+    """Supervised fine-tuning on scripted-expert demonstrations (TRL SFTTrainer) before RL."""
+
+    seconds: float = 270.0
+    """Wall-clock budget of supervised fine-tuning; 0 skips it."""
+    episodes: int = 6000
+    """Scripted-expert demonstration episodes drawn from training seeds."""
+    batch_size: int = 32
+    """Conversations per optimizer step."""
+    learning_rate: float = 3e-3
+    """Peak learning rate (constant after warm-up so a wall-clock stop leaves a sensible model)."""
+    warmup_steps: int = 30
+    """Linear warm-up steps."""
+    max_steps: int = 100_000
+    """Upper bound on optimizer steps (the wall-clock budget normally stops earlier)."""
+
+
+@dataclass
+class RLConfig:
+    """On-policy RL: PPO-clip on the agent's own tokens with group-relative (GRPO-style) advantages."""
+
+    seconds: float = 210.0
+    """Wall-clock budget of the RL phase; it stops at `iterations` or this, whichever comes first."""
+    tasks_per_iteration: int = 8
+    """Distinct task seeds per iteration."""
+    group_size: int = 8
+    """Rollouts per task seed; the group mean and std are the baseline (needs >= 2)."""
+    learning_rate: float = 5e-4
+    """Adam learning rate of the RL phase."""
+    epochs: int = 1
+    """Passes over each iteration's batch."""
+    minibatches: int = 2
+    """Minibatches per epoch (the PPO ratio departs from 1 from the second minibatch on)."""
+    clip_eps: float = 0.2
+    """PPO clip range of the token-level importance ratio."""
+    kl_coef: float = 0.02
+    """Initial coefficient of the KL penalty to the frozen reference (the warm-started policy)."""
+    target_kl: float = 0.02
+    """Target KL per decision token; the coefficient adapts towards it (0 keeps it fixed)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (entropy is always tracked)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping threshold."""
+    max_nonfinite_streak: int = 5
+    """Abort after this many consecutive updates with a non-finite gradient (each one is skipped)."""
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow tracking."""
+
+    tracking_uri: str = "sqlite:///mlflow.db"
+    """MLflow tracking URI; the default is a sqlite file in the working directory."""
+    experiment: str = "marl"
+    """MLflow experiment name."""
+    run_name: str | None = None
+    """MLflow run name (default: scenario-model-seed)."""
+    artifact_location: str = "mlruns"
+    """Artifact folder pinned for new experiments (a local path or a URI)."""
+    transcripts: int = 8
+    """Episode transcripts logged as artifacts per evaluation."""
+
+
+@dataclass
+class TrainConfig:
+    """`marl train`: warm start by SFT, then on-policy RL, tracked in MLflow."""
+
+    scenario: str = "tool_use"
+    """Scenario name (see `marl scenarios`)."""
+    agents: int = 1
+    """Number of agents in the scenario."""
+    iterations: int = 200
+    """RL iterations (collect a batch, update once); the RL wall-clock budget may stop earlier."""
+    seed: int = 0
+    """Seed of models, sampling and training task draws."""
+    algo: str = "grpo"
+    """RL algorithm (`grpo`: critic-free group baseline)."""
+    train_split: str = "train"
+    """Scenario split that training tasks come from."""
+    eval_episodes: int = 100
+    """Held-out episodes per evaluation split at the end of training (0 skips)."""
+    eval_splits: tuple[str, ...] = ("basic", "hard", "adversarial")
+    """Evaluation splits at the end of training."""
+    output_dir: str = "runs"
+    """Folder for checkpoints and the tokenizer cache."""
+    config: str | None = None
+    """Optional YAML file with the same fields; command-line flags override it."""
+    scenario_options: dict[str, Any] = field(default_factory=dict)
+    """Extra scenario options passed to `scenarios.make` (from YAML)."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    sft: WarmStartConfig = field(default_factory=WarmStartConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
+    """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
+
+    def validate(self) -> TrainConfig:
+        """Check every field; raise ConfigError naming the field and the fix."""
+        import scenarios
+
+        if self.scenario not in scenarios.names():
+            raise ConfigError(f"scenario={self.scenario!r} is unknown; choose one of {scenarios.names()}")
+        low, high = scenarios.info(self.scenario).agent_range
+        if not low <= self.agents <= high:
+            raise ConfigError(f"agents={self.agents} is outside {self.scenario}'s range [{low}, {high}]")
+        if self.algo != "grpo":
+            raise ConfigError(f"algo={self.algo!r} is not available yet; use 'grpo'")
+        _positive(self, "iterations", allow_zero=True)
+        _positive(self, "eval_episodes", allow_zero=True)
+        p, s, r = self.policy, self.sft, self.rl
+        _positive(p, "vocab_size", prefix="policy.")
+        _positive(p, "max_new_tokens", prefix="policy.")
+        _positive(p, "temperature", prefix="policy.")
+        if p.router_aux_loss_coef < 0:
+            raise ConfigError("policy.router_aux_loss_coef must be >= 0")
+        if s.seconds < 0:
+            raise ConfigError("sft.seconds must be >= 0 (0 skips supervised fine-tuning)")
+        _positive(s, "batch_size", prefix="sft.")
+        _positive(s, "learning_rate", prefix="sft.")
+        if s.seconds > 0:
+            _positive(s, "episodes", prefix="sft.")
+        if r.group_size < 2:
+            raise ConfigError(f"rl.group_size={r.group_size}: a group baseline needs at least 2 rollouts per seed")
+        for name in ("tasks_per_iteration", "learning_rate", "epochs", "minibatches", "max_grad_norm",
+                     "max_nonfinite_streak"):
+            _positive(r, name, prefix="rl.")
+        if r.seconds < 0:
+            raise ConfigError("rl.seconds must be >= 0")
+        if not 0 < r.clip_eps < 1:
+            raise ConfigError(f"rl.clip_eps={r.clip_eps} must lie in (0, 1); 0.2 is standard")
+        for name in ("kl_coef", "target_kl", "entropy_coef"):
+            if getattr(r, name) < 0 or not math.isfinite(getattr(r, name)):
+                raise ConfigError(f"rl.{name} must be a finite number >= 0")
+        if r.minibatches > r.tasks_per_iteration * r.group_size:
+            raise ConfigError("rl.minibatches exceeds the episodes per iteration; lower rl.minibatches")
+        return self
+
+
+def _positive(obj: Any, name: str, prefix: str = "", allow_zero: bool = False) -> None:
+    value = getattr(obj, name)
+    ok = value >= 0 if allow_zero else value > 0
+    if not ok or (isinstance(value, float) and not math.isfinite(value)):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{prefix}{name}={value!r} must be {bound}")
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """Build a config dataclass from nested plain data (YAML), rejecting unknown keys by name."""
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(f"unknown config key {where}{key!r}; valid keys: {sorted(names)}")
+        default = names[key].default_factory() if names[key].default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default) and isinstance(value, dict):
+            kwargs[key] = from_dict(type(default), value, where=f"{where}{key}.")
+        elif isinstance(value, list):
+            kwargs[key] = tuple(value)
+        else:
+            kwargs[key] = value
+    return cls(**kwargs)
+
+
+def load_yaml(path: str | Path) -> TrainConfig:
+    """Read a YAML config (safe_load only) into a TrainConfig."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of config fields at the top level")
+    return from_dict(TrainConfig, data)
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:
+    """Config as flat `section.field -> str` pairs, for MLflow params."""
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(flatten(value, prefix=f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = str(value)[:500]
+    return out

@@ -1,0 +1,60 @@
+"""Loss terms of the RL update, each a pure function of tensors.
+
+The learner sums named terms with weights from config and logs each one. Token means run over
+*decision tokens* only: tokens where constrained decoding allowed more than one choice. Forced
+tokens have logprob 0 under the mask, carry no gradient, and would only dilute the means.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` where `mask` is true (0 when nothing is selected)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def ppo_clip_loss(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-level PPO-clip surrogate (to minimize) and the fraction of tokens clipped.
+
+    `advantages` is per row (B,) and broadcast over the row's tokens.
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    adv = advantages[:, None]
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
+    loss = -masked_mean(torch.minimum(unclipped, clipped), mask)
+    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
+    return loss, clip_frac.detach()
+
+
+def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(policy || reference) with the non-negative k3 estimator, averaged over the mask."""
+    log_ratio = ref_logprobs - logprobs
+    return masked_mean(torch.exp(log_ratio) - log_ratio - 1.0, mask)
+
+
+def expert_load_entropy(load: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of one layer's expert-load fractions; log(num_experts) is perfectly balanced."""
+    p = load.clamp_min(1e-12) / load.sum().clamp_min(1e-12)
+    return -(p * p.log()).sum()
+
+
+class AdaptiveKL:
+    """KL coefficient steered towards a target KL (proportional control, Ziegler et al. 2019)."""
+
+    def __init__(self, init: float, target: float, horizon_gain: float = 0.2) -> None:
+        self.value = init
+        self.target = target
+        self.gain = horizon_gain
+
+    def update(self, observed_kl: float) -> float:
+        """Move the coefficient by at most +-gain (relative) per update; target 0 keeps it fixed."""
+        if self.target > 0 and observed_kl == observed_kl:  # NaN never moves it
+            error = max(-self.gain, min(self.gain, observed_kl / self.target - 1.0))
+            self.value = max(self.value * (1.0 + error), 1e-6)
+        return self.value

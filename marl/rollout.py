@@ -1,0 +1,199 @@
+"""Rollout: play many scenario episodes at once with one batched policy call per turn.
+
+Every live (environment, agent) pair of every environment is one row of a single `generate` call,
+so a turn costs one batched forward whatever the number of environments and agents (N=1 is the
+same code path). Each agent keeps its conversation as token ids: a turn's prompt is the previous
+prompt + the generated action ids + the tokens of the new observation, so nothing is re-tokenized
+and the learner sees exactly the ids the policy saw.
+
+What comes out is plain, serializable data (`Turn`, `Episode`): token ids, logprobs, the allowed
+token sets of constrained decoding, rewards and termination reasons. It leaves out advantages
+(`advantages.py`) and anything about the learner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Endings that are the harness's fault, never the agent's: kept out of losses and baselines.
+HARNESS_FAULTS = frozenset({"timeout", "error"})
+
+
+@dataclass
+class Turn:
+    """One agent's action in one turn: what the learner trains on."""
+
+    episode: int
+    prompt_ids: list[int]
+    action_ids: list[int]
+    logprobs: list[float]
+    allowed: list[list[int]] | None
+    reward: float
+    invalid: bool
+
+
+@dataclass
+class Episode:
+    """One agent's episode; `group` indexes the task seed shared by a rollout group."""
+
+    seed: int
+    group: int
+    agent: str
+    turns: list[int] = field(default_factory=list)
+    ret: float = 0.0
+    reason: str = ""
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class RolloutBatch:
+    """Turns and episodes of one collection, plus timing for throughput metrics."""
+
+    turns: list[Turn]
+    episodes: list[Episode]
+    generated_tokens: int
+    env_steps: int
+    seconds: float
+    generate_seconds: float
+    env_seconds: float
+
+
+class RolloutWorker:
+    """Holds a pool of environments and plays batches of seeded episodes through a policy."""
+
+    def __init__(self, make_env: Callable[[], Any], policy: Any, chat: Any) -> None:
+        self.make_env = make_env
+        self.policy = policy
+        self.chat = chat
+        self._pool: list[Any] = []
+
+    def _envs(self, n: int) -> list[Any]:
+        while len(self._pool) < n:
+            self._pool.append(self.make_env())
+        return self._pool[:n]
+
+    def collect(
+        self,
+        seeds: Sequence[int],
+        groups: Sequence[int] | None = None,
+        greedy: bool = False,
+        sample_seed: int | None = None,
+        actor: Callable[[Any, str], str] | None = None,
+        max_loops: int = 1000,
+    ) -> RolloutBatch:
+        """Play one episode per seed (all agents of each) and return every turn and episode.
+
+        `actor(env, agent) -> text` replaces the LLM (scripted expert, random baseline); then turns
+        carry no token ids.
+        """
+        start = time.perf_counter()
+        groups = list(groups) if groups is not None else list(range(len(seeds)))
+        envs = self._envs(len(seeds))
+        episodes: list[Episode] = []
+        turns: list[Turn] = []
+        slot: dict[tuple[int, str], int] = {}
+        context: dict[tuple[int, str], list[int]] = {}
+        last_obs: dict[tuple[int, str], str] = {}
+        for i, (env, seed) in enumerate(zip(envs, seeds, strict=True)):
+            observations, _ = env.reset(seed=int(seed))
+            for agent in env.agents:
+                key = (i, agent)
+                slot[key] = len(episodes)
+                episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent))
+                text = observations[agent]["text"]
+                last_obs[key] = text
+                episodes[slot[key]].transcript.append(("observation", text))
+                if actor is None:
+                    context[key] = self.chat.first(text)
+        gen_s = env_s = 0.0
+        tokens = steps = 0
+        rng_seed = sample_seed
+        for _ in range(max_loops):
+            live = [(i, a) for i, env in enumerate(envs) if env.agents for a in env.agents]
+            if not live:
+                break
+            t0 = time.perf_counter()
+            if actor is None:
+                grammars = [envs[i].action_grammar(a) if self.policy.constrained else None for i, a in live]
+                gen = self.policy.generate([context[k] for k in live], grammars, greedy=greedy, seed=rng_seed)
+                rng_seed = None if rng_seed is None else rng_seed + 1
+                texts = list(gen.texts)
+                tokens += sum(len(ids) for ids in gen.token_ids)
+            else:
+                gen = None
+                texts = [actor(envs[i], a) for i, a in live]
+            gen_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            per_env: dict[int, dict[str, str]] = {}
+            row_of: dict[tuple[int, str], int] = {}
+            for row, (key, text) in enumerate(zip(live, texts, strict=True)):
+                per_env.setdefault(key[0], {})[key[1]] = text
+                row_of[key] = row
+            for i, actions in per_env.items():
+                obs, rewards, terms, truncs, infos = envs[i].step(actions)
+                steps += 1
+                for agent, text in actions.items():
+                    key = (i, agent)
+                    ep = episodes[slot[key]]
+                    row = row_of[key]
+                    info = infos.get(agent, {})
+                    reward = float(rewards.get(agent, 0.0))
+                    ep.ret += reward
+                    ep.transcript.append(("action", text))
+                    ep.turns.append(len(turns))
+                    turns.append(Turn(
+                        episode=slot[key],
+                        prompt_ids=list(context[key]) if gen is not None else [],
+                        action_ids=list(gen.token_ids[row]) if gen is not None else [],
+                        logprobs=list(gen.logprobs[row]) if gen is not None else [],
+                        allowed=gen.allowed[row] if gen is not None else None,
+                        reward=reward,
+                        invalid=bool(info.get("invalid_action", False)),
+                    ))
+                    done = terms.get(agent, False) or truncs.get(agent, False)
+                    if done:
+                        ep.reason = str(info.get("termination_reason", "max_turns" if truncs.get(agent) else "failure"))
+                        continue
+                    text_obs = obs[agent]["text"]
+                    ep.transcript.append(("observation", text_obs))
+                    if gen is not None:
+                        context[key] = context[key] + list(gen.token_ids[row]) + self.chat.next(text_obs)
+            env_s += time.perf_counter() - t0
+        else:
+            raise RuntimeError(f"rollout did not end within {max_loops} turns: the scenario's max_turns is not enforced")
+        return RolloutBatch(turns=turns, episodes=episodes, generated_tokens=tokens, env_steps=steps,
+                            seconds=time.perf_counter() - start, generate_seconds=gen_s, env_seconds=env_s)
+
+
+def summarize(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:
+    """Rollout metrics under DESIGN.md's names.
+
+    Conventions: rates are over agent-episodes (success, truncation, harness faults) or over actions
+    (invalid actions); `return_mean` is the mean per-agent episode return; `agent/<id>/return` is that
+    agent's mean return over the batch.
+    """
+    eps = batch.episodes
+    n = max(len(eps), 1)
+    reasons = [e.reason for e in eps]
+    out = {
+        f"{prefix}/success_rate": sum(r == "success" for r in reasons) / n,
+        f"{prefix}/return_mean": float(np.mean([e.ret for e in eps])) if eps else 0.0,
+        f"{prefix}/invalid_action_rate": sum(t.invalid for t in batch.turns) / max(len(batch.turns), 1),
+        f"{prefix}/truncation_rate": sum(r == "max_turns" for r in reasons) / n,
+        f"{prefix}/harness_fault_rate": sum(r in HARNESS_FAULTS for r in reasons) / n,
+        f"{prefix}/turns_per_episode": len(batch.turns) / n,
+    }
+    if prefix == "rollout":
+        by_agent: dict[str, list[float]] = {}
+        for e in eps:
+            by_agent.setdefault(e.agent, []).append(e.ret)
+        for agent, rets in sorted(by_agent.items()):
+            out[f"agent/{agent}/return"] = float(np.mean(rets))
+        out["perf/tokens_per_s"] = batch.generated_tokens / max(batch.generate_seconds, 1e-9)
+        out["perf/env_steps_per_s"] = batch.env_steps / max(batch.seconds, 1e-9)
+    return out

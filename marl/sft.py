@@ -1,0 +1,106 @@
+"""Warm start: supervised fine-tuning on scripted-expert demonstrations with TRL's SFTTrainer.
+
+Demonstrations are played through the same rollout worker as RL (the scripted expert acts), then
+turned into token ids by the policy's `ChatFormat.conversation`, built from exactly the pieces a
+rollout prompt is built from, so SFT trains on the token ids the policy will later see. The
+dataset is handed to SFTTrainer pre-tokenized (`input_ids` + `assistant_masks`: loss on action
+tokens only). Training stops at a wall-clock budget; the schedule is constant after warm-up so that
+stopping anywhere leaves a sensible model. MLflow logging goes through our tracker, not
+`report_to`, so everything lands in the one run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from marl.config import WarmStartConfig
+from marl.rollout import Episode, RolloutWorker
+
+
+def demonstration_episodes(worker: RolloutWorker, seeds: list[int], batch: int = 256) -> list[Episode]:
+    """Play the scripted expert on `seeds` and return its episodes (every agent's)."""
+    episodes: list[Episode] = []
+    for start in range(0, len(seeds), batch):
+        chunk = seeds[start : start + batch]
+        episodes.extend(worker.collect(chunk, actor=lambda env, agent: env.expert_action(agent)).episodes)
+    return episodes
+
+
+def conversations(chat: Any, episodes: list[Episode]) -> dict[str, list[list[int]]]:
+    """Pre-tokenized SFT columns from episode transcripts."""
+    input_ids, masks = [], []
+    for ep in episodes:
+        observations = [text for role, text in ep.transcript if role == "observation"]
+        actions = [text for role, text in ep.transcript if role == "action"]
+        ids, mask = chat.conversation(observations, actions)
+        input_ids.append(list(ids))
+        masks.append([int(m) for m in mask])
+    return {"input_ids": input_ids, "assistant_masks": masks}
+
+
+def run_sft(
+    model: Any,
+    tokenizer: Any,
+    columns: dict[str, list[list[int]]],
+    cfg: WarmStartConfig,
+    seed: int,
+    log: Callable[[dict[str, float], int], None],
+    progress: Callable[[float], None] | None = None,
+) -> dict[str, float]:
+    """Fine-tune `model` in place within `cfg.seconds`; returns the final SFT figures."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    start = time.perf_counter()
+
+    class Budget(TrainerCallback):
+        """Stops at the wall-clock budget and forwards logs to the run's tracker."""
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            elapsed = time.perf_counter() - start
+            if progress is not None:
+                progress(min(elapsed, cfg.seconds))
+            if elapsed >= cfg.seconds:
+                control.should_training_stop = True
+            return control
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+            if logs:
+                metrics = {f"sft/{k}": float(v) for k, v in logs.items() if isinstance(v, int | float)}
+                log(metrics, state.global_step)
+
+    dataset = Dataset.from_dict(columns)
+    aux_before = model.config.output_router_logits
+    # Router logits in the training forward add the load-balancing loss to the SFT loss; generation
+    # must not compute them (it breaks with the KV cache), so the flag is restored afterwards.
+    model.config.output_router_logits = True
+    with tempfile.TemporaryDirectory(prefix="marl-sft-") as out:
+        args = SFTConfig(
+            output_dir=out,
+            per_device_train_batch_size=cfg.batch_size,
+            learning_rate=cfg.learning_rate,
+            lr_scheduler_type="constant_with_warmup",
+            warmup_steps=cfg.warmup_steps,
+            max_steps=cfg.max_steps,
+            logging_steps=25,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+            seed=seed,
+            data_seed=seed,
+            max_length=1024,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            weight_decay=0.0,
+        )
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                             callbacks=[Budget()])
+        result = trainer.train()
+    model.config.output_router_logits = aux_before
+    model.eval()
+    return {"sft/steps": float(result.global_step), "sft/mean_loss": float(result.training_loss),
+            "sft/seconds": time.perf_counter() - start, "sft/conversations": float(len(columns["input_ids"]))}

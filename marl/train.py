@@ -1,0 +1,185 @@
+"""`marl train`: tokenizer -> tiny MoE -> SFT warm start -> on-policy RL -> held-out eval, in MLflow.
+
+One function, `train(cfg)`, runs the whole pipeline inside one MLflow run and returns where the
+run and the checkpoint are. Everything it builds comes from `TrainConfig`; the pieces (rollout,
+advantages, learner, SFT, tracking, checkpoint) live in their own modules.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import scenarios
+from marl.advantages import group_advantages
+from marl.checkpoint import save_checkpoint
+from marl.config import TrainConfig, flatten
+from marl.evaluate import evaluate, transcript_text
+from marl.learner import Learner
+from marl.rollout import RolloutWorker, summarize
+from marl.sft import conversations, demonstration_episodes, run_sft
+from marl.tracking import Tracker
+from policies.chat import ChatFormat
+from policies.llm_policy import LLMPolicy
+from policies.presets import build_model, count_parameters
+from policies.tokenizer import load_or_train_tokenizer
+
+
+@dataclass
+class TrainResult:
+    """Where a finished run lives, and its final evaluation figures."""
+
+    run_id: str
+    checkpoint: Path
+    tracking_uri: str
+    eval: dict[str, float]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_env_factory(cfg: TrainConfig, split: str) -> Any:
+    return partial(scenarios.make, cfg.scenario, n_agents=cfg.agents, split=split, **cfg.scenario_options)
+
+
+def train_seeds(env: Any, rng: np.random.Generator, n: int) -> list[int]:
+    """Task seeds from the training range only (evaluation seeds lie outside it)."""
+    return [int(s) for s in rng.integers(0, env.TRAIN_SEED_LIMIT, size=n)]
+
+
+def build_policy(cfg: TrainConfig, make_env: Any, out_dir: Path, rng: np.random.Generator) -> tuple[Any, Any, Any]:
+    """Offline tokenizer (cached), random-init model from the preset, and the policy around them."""
+    probe = make_env()
+    corpus_seeds = train_seeds(probe, rng, cfg.policy.tokenizer_episodes)
+
+    def corpus() -> list[str]:
+        worker = RolloutWorker(make_env, policy=None, chat=None)
+        texts = []
+        for ep in demonstration_episodes(worker, corpus_seeds):
+            texts.extend(text for _, text in ep.transcript)
+        return texts
+
+    tokenizer = load_or_train_tokenizer(out_dir / "tokenizers", corpus, probe.entity_vocabulary(), cfg.policy.vocab_size)
+    model = build_model(cfg.policy.model, vocab_size=len(tokenizer), seed=cfg.seed,
+                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id)
+    if hasattr(model.config, "router_aux_loss_coef"):
+        model.config.router_aux_loss_coef = cfg.policy.router_aux_loss_coef
+    policy = LLMPolicy(model, tokenizer, constrained=cfg.policy.constrained, temperature=cfg.policy.temperature,
+                       max_new_tokens=cfg.policy.max_new_tokens)
+    return tokenizer, model, policy
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag."""
+    cfg.validate()
+    seed_everything(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    out_root = Path(cfg.output_dir)
+    make_env = make_env_factory(cfg, cfg.train_split)
+    run_name = cfg.tracking.run_name or f"{cfg.scenario}-{cfg.policy.model}-s{cfg.seed}"
+    with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location) as tr:
+        tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng)
+        chat = ChatFormat(tokenizer)
+        worker = RolloutWorker(make_env, policy, chat)
+        params = flatten(cfg)
+        params.update({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer))})
+        tr.log_params(params)
+        tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
+        print(f"run_id: {tr.run_id} ({run_name}); model {count_parameters(model):,} params, vocab {len(tokenizer)}",
+              flush=True)
+        if cfg.sft.seconds > 0:
+            _warm_start(cfg, tr, worker, chat, model, tokenizer, rng)
+        if cfg.iterations > 0 and cfg.rl.seconds > 0:
+            _reinforce(cfg, tr, worker, policy, rng)
+        ckpt_dir = out_root / tr.run_id / "checkpoint"
+        meta = {"scenario": cfg.scenario, "agents": cfg.agents, "run_id": tr.run_id, "seed": cfg.seed,
+                "policy": flatten(cfg.policy), "constrained": cfg.policy.constrained,
+                "max_new_tokens": cfg.policy.max_new_tokens, "temperature": cfg.policy.temperature}
+        save_checkpoint(ckpt_dir, model, tokenizer, meta)
+        final = _final_eval(cfg, tr, policy, chat)
+        tr.log_artifacts(ckpt_dir, "checkpoint")
+    print(f"run_id: {tr.run_id}")
+    print(f"checkpoint: {ckpt_dir}")
+    print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
+    return TrainResult(tr.run_id, ckpt_dir, cfg.tracking.tracking_uri, final)
+
+
+def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any, model: Any, tokenizer: Any,
+                rng: np.random.Generator) -> None:
+    t0 = time.perf_counter()
+    probe = worker.make_env()
+    episodes = demonstration_episodes(worker, train_seeds(probe, rng, cfg.sft.episodes))
+    columns = conversations(chat, episodes)
+    bar = tqdm(total=int(cfg.sft.seconds), desc="sft (s)", unit="s", leave=False)
+
+    def progress(elapsed: float) -> None:
+        bar.update(int(elapsed) - bar.n)
+
+    figures = run_sft(model, tokenizer, columns, cfg.sft, cfg.seed, tr.log_metrics, progress)
+    bar.close()
+    figures["sft/demo_seconds"] = time.perf_counter() - t0 - figures["sft/seconds"]
+    tr.log_metrics(figures, step=0)
+    print(f"sft: {int(figures['sft/steps'])} steps in {figures['sft/seconds']:.0f}s, "
+          f"mean loss {figures['sft/mean_loss']:.3f}", flush=True)
+
+
+def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any, rng: np.random.Generator) -> None:
+    reference_model = copy.deepcopy(policy.model).eval()
+    for p in reference_model.parameters():
+        p.requires_grad_(False)
+    reference = LLMPolicy(reference_model, policy.tokenizer, constrained=policy.constrained,
+                          temperature=policy.temperature, max_new_tokens=policy.max_new_tokens)
+    learner = Learner(policy, reference, cfg.rl, cfg.policy.router_aux_loss_coef, seed=cfg.seed)
+    probe = worker.make_env()
+    start = time.perf_counter()
+    bar = tqdm(range(1, cfg.iterations + 1), desc="rl", unit="it")
+    for it in bar:
+        task_seeds = train_seeds(probe, rng, cfg.rl.tasks_per_iteration)
+        seeds = [s for s in task_seeds for _ in range(cfg.rl.group_size)]
+        groups = [g for g in range(len(task_seeds)) for _ in range(cfg.rl.group_size)]
+        batch = worker.collect(seeds, groups, greedy=False, sample_seed=cfg.seed * 1_000_003 + it)
+        adv = group_advantages(batch.episodes)
+        t0 = time.perf_counter()
+        metrics = summarize(batch)
+        metrics.update(learner.update(batch, adv))
+        metrics["perf/update_seconds"] = time.perf_counter() - t0
+        metrics["perf/rollout_seconds"] = batch.seconds
+        metrics["rollout/zero_variance_groups"] = adv.zero_variance_groups / max(adv.groups, 1)
+        metrics["rollout/harness_faults"] = float(adv.harness_faults)
+        metrics["curriculum/n_agents"] = float(cfg.agents)
+        metrics["curriculum/stage"] = 0.0
+        metrics["perf/elapsed_s"] = time.perf_counter() - start
+        tr.log_metrics(metrics, step=it)
+        bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")
+        if time.perf_counter() - start >= cfg.rl.seconds:
+            break
+    bar.close()
+
+
+def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any) -> dict[str, float]:
+    final: dict[str, float] = {}
+    if cfg.eval_episodes <= 0:
+        return final
+    for split in cfg.eval_splits:
+        make_env = make_env_factory(cfg, split)
+        worker = RolloutWorker(make_env, policy, chat)
+        seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
+        figures, batch = evaluate(worker, seeds, greedy=True)
+        final.update({f"eval/{split}/{k}": v for k, v in figures.items()})
+        tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
+    tr.log_metrics(final, step=cfg.iterations)
+    print("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")), flush=True)
+    return final

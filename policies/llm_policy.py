@@ -1,0 +1,377 @@
+"""The LLM policy: batched (constrained) generation with a KV cache, and the matching scorer.
+
+`generate` serves every env x agent of a turn in ONE batched call: left padding, explicit
+position ids, a prefill forward then incremental decoding through the model's KV cache, with
+per-sample masks from each grammar's `TokenTrie`. It returns the ids, the log-probabilities
+under the exact (masked, temperature-scaled) distribution sampled from, and the allowed ids per
+token. `sequence_logprobs` is the learner's side: one right-padded forward of prompt + action
+under the same masks and temperature, with entropy and (for MoE models) router statistics.
+Works with any `AutoModelForCausalLM`; router parts are skipped when the model has none.
+Left out: value / opponent heads, beam search, stop strings, and removing finished rows
+from the batch mid-generation (they ride along masked; their outputs are ignored).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from policies.chat import ChatFormat
+from policies.constrained import TokenTrie
+
+if TYPE_CHECKING:
+    from scenarios.grammar import ActionGrammar
+
+
+@dataclass
+class Generation:
+    """One batched generation. Lists are per sample, in prompt order."""
+
+    token_ids: list[list[int]]  # generated ids; ends with end_id when finished
+    logprobs: list[list[float]]  # per generated token, under the masked temperature-scaled distribution
+    texts: list[str]  # decoded action text (no end_id, no special tokens)
+    allowed: list[list[list[int]] | None]  # per token the allowed ids (shared lists: read only); None = free
+    finished: list[bool]  # True when the sample emitted end_id within max_new_tokens
+    num_prompt_tokens: list[int] = field(default_factory=list)
+
+    @property
+    def num_new_tokens(self) -> list[int]:
+        return [len(t) for t in self.token_ids]
+
+    @property
+    def total_new_tokens(self) -> int:
+        return sum(len(t) for t in self.token_ids)
+
+
+@dataclass
+class SequenceScores:
+    """Scores of actions given prompts, from one training forward (carries grad if enabled)."""
+
+    logprobs: torch.Tensor  # [B, A] float32, 0 where mask is False
+    mask: torch.Tensor  # [B, A] bool, True on real action tokens
+    entropy: torch.Tensor  # [B, A] entropy of the masked temperature-scaled distribution, 0 on padding
+    aux_loss: torch.Tensor | None = None  # Switch load-balancing loss (about top_k when balanced)
+    router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer [B*T, num_experts]
+    expert_load: torch.Tensor | None = None  # [layers, num_experts] fraction of top-k picks, detached
+
+    def expert_load_entropy(self) -> torch.Tensor | None:
+        """Mean over layers of the entropy of expert load (log(num_experts) when balanced)."""
+        if self.expert_load is None:
+            return None
+        p = self.expert_load.clamp_min(1e-12)
+        return -(self.expert_load * p.log()).sum(-1).mean()
+
+
+class LLMPolicy:
+    """A causal LM acting through the chat layout of `ChatFormat`."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        constrained: bool = True,
+        temperature: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int | None = None,
+    ) -> None:
+        if temperature <= 0:
+            raise ValueError(f"temperature={temperature} must be > 0; use generate(..., greedy=True) for argmax")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat = ChatFormat(tokenizer)
+        self.constrained = constrained
+        self.temperature = float(temperature)
+        self.max_new_tokens = max_new_tokens
+        self.end_id = self.chat.end_id
+        self.pad_id = self.chat.pad_id
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        if self.vocab_size < len(tokenizer):
+            raise ValueError(f"model vocabulary ({self.vocab_size}) is smaller than the tokenizer ({len(tokenizer)}); "
+                             "build the model with vocab_size=len(tokenizer)")
+        params = inspect.signature(model.forward).parameters
+        # transformers 5.x renamed past_key_values -> cache (the old name is deprecated).
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._has_logits_to_keep = "logits_to_keep" in params
+        self._has_router = hasattr(model.config, "output_router_logits")
+        self._generator: torch.Generator | None = None
+        self._seed = seed
+        self._free_masks: dict[str, torch.Tensor] = {}
+
+    # -- masks ---------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def free_mask(self, device: torch.device | None = None) -> torch.Tensor:
+        """Bool [vocab]: what free decoding allows (all real tokens but pad/bos/role markers)."""
+        device = device or self.device
+        key = str(device)
+        if key not in self._free_masks:
+            mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+            mask[: len(self.tokenizer)] = True  # ids past the tokenizer are embedding padding
+            mask[list(self.chat.structural_ids)] = False
+            self._free_masks[key] = mask.to(device)
+        return self._free_masks[key]
+
+    def _tries(self, grammars: Sequence[ActionGrammar | None]) -> list[TokenTrie | None]:
+        tries: list[TokenTrie | None] = []
+        for g in grammars:
+            if not self.constrained or g is None:
+                tries.append(None)
+                continue
+            trie = TokenTrie.from_grammar(g, self.tokenizer, self.end_id)
+            if trie.depth > self.max_new_tokens:
+                raise ValueError(f"a grammar has an action of {trie.depth} tokens (with end) but max_new_tokens="
+                                 f"{self.max_new_tokens}; raise max_new_tokens")
+            tries.append(trie)
+        return tries
+
+    def _rng(self, seed: int | None, device: torch.device) -> torch.Generator:
+        if seed is not None:
+            return torch.Generator(device=device).manual_seed(seed)
+        if self._generator is None or self._generator.device != device:
+            self._generator = torch.Generator(device=device)
+            if self._seed is not None:
+                self._generator.manual_seed(self._seed)
+            else:
+                self._generator.seed()
+        return self._generator
+
+    # -- rollout -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        grammars: Sequence[ActionGrammar | None],
+        greedy: bool = False,
+        seed: int | None = None,
+    ) -> Generation:
+        """Generate one action per prompt in one batched call (see module docstring)."""
+        if len(prompts) != len(grammars):
+            raise ValueError(f"got {len(prompts)} prompts but {len(grammars)} grammars; pass one grammar "
+                             "(or None for free text) per prompt")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt; build prompts with ChatFormat.first/next")
+        n = len(prompts)
+        if n == 0:
+            return Generation([], [], [], [], [], [])
+        device = self.device
+        tries = self._tries(grammars)
+        rng = self._rng(seed, device)
+
+        # One table for the whole batch: row 0 = free, row 1 = done (pad only), then each
+        # distinct trie's rows; a sample's state is one row index, so masking is one gather.
+        free = self.free_mask(device)
+        done = torch.zeros_like(free)
+        done[self.pad_id] = True
+        blocks, offsets = [free[None], done[None]], {}
+        next_row = 2
+        for trie in tries:
+            if trie is not None and id(trie) not in offsets:
+                offsets[id(trie)] = next_row
+                blocks.append(trie.mask_table(self.vocab_size, device))
+                next_row += trie.num_nodes
+        table = torch.cat(blocks)
+        nodes = [0] * n
+        state = [0 if t is None else offsets[id(t)] for t in tries]
+
+        lengths = [len(p) for p in prompts]
+        width = max(lengths)
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: every prompt ends at the last column
+            input_ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+            attention[i, width - len(p):] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        # Positions count real tokens only, so a left-padded prompt sees the same positions as alone.
+        positions = (attention.cumsum(-1) - 1).clamp_min(0)
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            kwargs = {"logits_to_keep": 1} if self._has_logits_to_keep else {}
+            out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                             use_cache=True, **kwargs)
+            token_ids: list[list[int]] = [[] for _ in range(n)]
+            logprobs: list[list[float]] = [[] for _ in range(n)]
+            allowed: list[list[list[int]] | None] = [None if t is None else [] for t in tries]
+            finished = [False] * n
+            active = [True] * n
+            last_pos = positions[:, -1]
+            for step in range(self.max_new_tokens):
+                logits = out.logits[:, -1, :].float() / self.temperature
+                allow = table[torch.tensor(state, device=device)]
+                logp = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
+                if greedy:
+                    chosen = logp.argmax(-1)
+                else:
+                    chosen = torch.multinomial(logp.exp(), 1, generator=rng).squeeze(-1)
+                chosen_logp = logp.gather(-1, chosen[:, None]).squeeze(-1)
+                toks, lps = chosen.tolist(), chosen_logp.tolist()
+                for i in range(n):
+                    if not active[i]:
+                        continue
+                    tok, trie = toks[i], tries[i]
+                    token_ids[i].append(tok)
+                    logprobs[i].append(lps[i])
+                    if trie is not None:
+                        allowed[i].append(trie.allowed(nodes[i]))
+                    if tok == self.end_id:
+                        finished[i], active[i], state[i] = True, False, 1
+                    elif trie is not None:
+                        nodes[i] = trie.children[nodes[i]][tok]
+                        state[i] = offsets[id(trie)] + nodes[i]
+                    if active[i] and len(token_ids[i]) >= self.max_new_tokens:
+                        active[i], state[i] = False, 1
+                if not any(active) or step == self.max_new_tokens - 1:
+                    break
+                feed = torch.tensor([t if a else self.pad_id for t, a in zip(toks, active, strict=True)],
+                                    device=device)[:, None]
+                attention = torch.cat([attention, attention.new_ones((n, 1))], dim=1)
+                last_pos = last_pos + 1
+                cache = out.cache if hasattr(out, "cache") else out.past_key_values
+                out = self.model(input_ids=feed, attention_mask=attention, position_ids=last_pos[:, None],
+                                 use_cache=True, **{self._cache_kwarg: cache})
+        finally:
+            self.model.train(was_training)
+
+        texts = [self.chat.decode_action([t for t in ids if t != self.end_id]) for ids in token_ids]
+        return Generation(token_ids, logprobs, texts, allowed, finished, lengths)
+
+    # -- learning ------------------------------------------------------------------------
+    def sequence_logprobs(
+        self,
+        prompts: Sequence[Sequence[int]],
+        actions: Sequence[Sequence[int]],
+        allowed: Sequence[Sequence[Sequence[int]] | None] | None = None,
+        with_router_logits: bool = False,
+    ) -> SequenceScores:
+        """Log-probs of `actions` after `prompts` under the masks and temperature used to sample them.
+
+        `allowed[i]` is `Generation.allowed[i]` (None, or None for the whole argument, means free
+        decoding's mask). Gradients flow if the caller's context enables them; the model's
+        train/eval mode is left as the caller set it.
+        """
+        n = len(prompts)
+        if len(actions) != n or (allowed is not None and len(allowed) != n):
+            raise ValueError("prompts, actions and allowed must have one entry per sample")
+        if allowed is None:
+            allowed = [None] * n
+        device = self.device
+        p_lens = [len(p) for p in prompts]
+        a_lens = [len(a) for a in actions]
+        width = max(p + a for p, a in zip(p_lens, a_lens, strict=True))
+        a_max = max(a_lens) if a_lens else 0
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        for i, (p, a) in enumerate(zip(prompts, actions, strict=True)):  # right padding
+            seq = list(p) + list(a)
+            input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            attention[i, : len(seq)] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = torch.arange(width, device=device)[None].expand(n, -1)
+
+        kwargs = {}
+        if with_router_logits and self._has_router:
+            kwargs["output_router_logits"] = True
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                         use_cache=False, **kwargs)
+
+        # Logits at position p_len - 1 + j predict action token j.
+        j = torch.arange(a_max, device=device)
+        p_t = torch.tensor(p_lens, device=device)
+        a_t = torch.tensor(a_lens, device=device)
+        mask = j[None] < a_t[:, None]
+        idx = (p_t[:, None] - 1 + j[None]).clamp(max=width - 1)
+        vocab = out.logits.shape[-1]
+        logits = out.logits.gather(1, idx[..., None].expand(-1, -1, vocab)).float() / self.temperature
+
+        allow = self._allow_tensor(allowed, a_lens, a_max, vocab, device)
+        logp_all = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
+        targets = torch.zeros((n, a_max), dtype=torch.long)
+        for i, a in enumerate(actions):
+            targets[i, : len(a)] = torch.tensor(list(a), dtype=torch.long)
+        targets = targets.to(device)
+        tok_logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+        if torch.isinf(tok_logp[mask]).any():
+            raise ValueError("an action token lies outside its allowed set; pass the `allowed` lists recorded "
+                             "by generate for these exact actions")
+        tok_logp = tok_logp.masked_fill(~mask, 0.0)
+        p = logp_all.exp()
+        entropy = -(p * logp_all.masked_fill(~allow, 0.0)).sum(-1).masked_fill(~mask, 0.0)
+
+        scores = SequenceScores(logprobs=tok_logp, mask=mask, entropy=entropy)
+        router = getattr(out, "router_logits", None) if kwargs else None
+        if router:
+            layers = tuple(r for r in router if isinstance(r, torch.Tensor))
+            if layers:
+                scores.router_logits = layers
+                scores.aux_loss = self._aux_loss(out, layers, attention)
+                scores.expert_load = self._expert_load(layers, attention)
+        return scores
+
+    def _allow_tensor(self, allowed: Sequence[Sequence[Sequence[int]] | None], a_lens: list[int], a_max: int,
+                      vocab: int, device: torch.device) -> torch.Tensor:
+        """Bool [B, A, vocab] of allowed ids, free decoding's mask for free samples and padding."""
+        n = len(a_lens)
+        free = self.free_mask(device)
+        if vocab != free.shape[0]:
+            raise ValueError(f"model logits have {vocab} entries but the policy expected {free.shape[0]}")
+        allow = free[None, None].expand(n, a_max, vocab).clone()
+        rows: list[int] = []
+        cols: list[int] = []
+        for i, ids_per_tok in enumerate(allowed):
+            if ids_per_tok is None:
+                continue
+            if len(ids_per_tok) != a_lens[i]:
+                raise ValueError(f"sample {i}: {len(ids_per_tok)} allowed lists for {a_lens[i]} action tokens")
+            allow[i, : a_lens[i]] = False
+            for jj, ids in enumerate(ids_per_tok):
+                rows.extend([i * a_max + jj] * len(ids))
+                cols.extend(ids)
+        if rows:
+            flat = allow.view(n * a_max, vocab)
+            flat[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = True
+        return allow
+
+    def _aux_loss(self, out: object, layers: tuple[torch.Tensor, ...], attention: torch.Tensor) -> torch.Tensor | None:
+        aux = getattr(out, "aux_loss", None)
+        if isinstance(aux, torch.Tensor):
+            return aux
+        # Some models leave aux_loss to the caller: use their own modeling module's function.
+        fn = getattr(sys.modules.get(type(self.model).__module__), "load_balancing_loss_func", None)
+        n_experts, top_k = self._experts()
+        if fn is None or n_experts is None:
+            return None
+        aux = fn(layers, n_experts, top_k, attention)
+        return aux if isinstance(aux, torch.Tensor) else None
+
+    def _experts(self) -> tuple[int | None, int]:
+        cfg = self.model.config
+        n = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+        return n, int(getattr(cfg, "num_experts_per_tok", 1) or 1)
+
+    def _expert_load(self, layers: tuple[torch.Tensor, ...], attention: torch.Tensor) -> torch.Tensor:
+        _, top_k = self._experts()
+        flat_mask = attention.reshape(-1).float()
+        loads = []
+        for layer in layers:
+            layer = layer.detach().float()
+            if layer.shape[0] != flat_mask.shape[0]:  # unexpected layout: count every row
+                weights = torch.ones(layer.shape[0], device=layer.device)
+            else:
+                weights = flat_mask.to(layer.device)
+            picks = layer.topk(min(top_k, layer.shape[-1]), dim=-1).indices
+            counts = torch.zeros(layer.shape[-1], device=layer.device)
+            counts.scatter_add_(0, picks.reshape(-1), weights.repeat_interleave(picks.shape[-1]))
+            loads.append(counts / counts.sum().clamp_min(1.0))
+        return torch.stack(loads)

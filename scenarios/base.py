@@ -1,0 +1,244 @@
+"""The base class of every text scenario: a PettingZoo ``ParallelEnv`` whose agents read and write text.
+
+It owns what all text scenarios share: option validation, cached ``Text`` spaces, the agent
+list (agents that finish leave ``self.agents``), turn counting and the ``max_turns``
+truncation, layered and weighted rewards, ``infos`` with ``reward_components``,
+``invalid_action`` and ``termination_reason``, harness-fault containment, printable and
+bounded observation text, seeding, evaluation seeds, ``state()`` and ``render()``.
+
+It leaves out everything about a particular task: subclasses implement ``_reset_scenario``,
+``_step_agent``, ``_agent_state``, ``action_grammar``, ``entity_vocabulary`` and
+``expert_action``. It does not parse actions (a scenario's action language is its own) and
+does not decide who observes what (that is ``comms/``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium.spaces import Dict, Text
+from pettingzoo import ParallelEnv
+
+from scenarios.grammar import ActionGrammar
+
+PRINTABLE = string.printable
+# Training draws seeds from [0, TRAIN_SEED_LIMIT); each split's evaluation seeds live in their
+# own block above it, so no evaluation seed is ever a training seed and splits never share one.
+TRAIN_SEED_LIMIT = 1_000_000
+EVAL_SEED_BLOCK = 1_000_000
+
+TERMINATION_REASONS = frozenset({"success", "failure", "timeout", "error"})
+TRUNCATION_REASONS = frozenset({"max_turns"})
+HARNESS_FAULTS = frozenset({"timeout", "error"})
+_TRUNCATED_MARK = " ...[truncated]"
+
+
+@dataclass(frozen=True)
+class ScenarioOptions:
+    """Options every text scenario accepts; subclasses extend this dataclass with their own."""
+
+    split: str = "train"
+    """Task split drawn at reset (one of the scenario's ``splits``); ``reset(options={"split": ...})`` overrides it."""
+    max_turns: int = 8
+    """Actions an agent may take before its episode is truncated with reason ``max_turns``."""
+    reward_weights: Mapping[str, float] | None = None
+    """Weights of the reward layers (keys: the scenario's ``default_reward_weights``); missing keys keep their default."""
+
+
+@dataclass
+class StepOutcome:
+    """What a subclass reports for one agent's action."""
+
+    text: str
+    components: dict[str, float] = field(default_factory=dict)
+    invalid: bool = False
+    end: str | None = None  # a termination reason when the agent's episode ends here
+
+
+class TextScenario(ParallelEnv):
+    """Shared machinery of text scenarios (see the module docstring)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "name": "text_scenario", "is_parallelizable": True}
+    description: ClassVar[str] = ""
+    kind: ClassVar[str] = "single"
+    agent_range: ClassVar[tuple[int, int]] = (1, 1)
+    splits: ClassVar[tuple[str, ...]] = ("train",)
+    options_cls: ClassVar[type[ScenarioOptions]] = ScenarioOptions
+    default_reward_weights: ClassVar[dict[str, float]] = {"task": 1.0}
+    max_obs_length: ClassVar[int] = 2048
+    max_action_length: ClassVar[int] = 512
+
+    def __init__(self, n_agents: int = 1, seed: int | None = None, render_mode: str | None = None, **options: Any):
+        lo, hi = self.agent_range
+        if not isinstance(n_agents, int) or isinstance(n_agents, bool) or not lo <= n_agents <= hi:
+            raise ValueError(f"{type(self).__name__} takes n_agents in [{lo}, {hi}], got {n_agents!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+        if seed is not None and (not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"seed must be None or a non-negative int, got {seed!r}")
+        self.opts = self._build_options(options)
+        self.reward_weights = {**self.default_reward_weights, **dict(self.opts.reward_weights or {})}
+        self.render_mode = render_mode
+        self.possible_agents = [f"agent_{i}" for i in range(n_agents)]
+        self.agents: list[str] = []
+        # Spaces are built once: PettingZoo requires the same object on every call.
+        text = Text(max_length=self.max_obs_length, charset=PRINTABLE)
+        self._obs_space = Dict({"text": text})
+        self._act_space = Text(max_length=self.max_action_length, charset=PRINTABLE)
+        self.state_space = Text(max_length=16 * self.max_obs_length, charset=PRINTABLE)
+        self._rng = np.random.default_rng(seed)
+        self._pending_seed = seed  # the first reset() without a seed uses the constructor's seed
+        self.episode_seed: int | None = None
+        self.split = self.opts.split
+        self._turns: dict[str, int] = {}
+        self._ended: dict[str, str] = {}
+        self._last_text: dict[str, str] = {}
+
+    # ----- options -----
+    @classmethod
+    def _build_options(cls, options: Mapping[str, Any]) -> ScenarioOptions:
+        valid = [f.name for f in dataclasses.fields(cls.options_cls)]
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown} for {cls.__name__}; valid options: {valid}")
+        opts = cls.options_cls(**options)
+        if opts.split not in cls.splits:
+            raise ValueError(f"split must be one of {list(cls.splits)}, got {opts.split!r}")
+        if not isinstance(opts.max_turns, int) or isinstance(opts.max_turns, bool) or opts.max_turns < 1:
+            raise ValueError(f"max_turns must be an int >= 1, got {opts.max_turns!r}")
+        if opts.reward_weights is not None:
+            if not isinstance(opts.reward_weights, Mapping):
+                raise ValueError(f"reward_weights must be a dict over {sorted(cls.default_reward_weights)}")
+            bad = sorted(set(opts.reward_weights) - set(cls.default_reward_weights))
+            if bad:
+                raise ValueError(f"unknown reward_weights key(s) {bad}; valid keys: {sorted(cls.default_reward_weights)}")
+            for k, v in opts.reward_weights.items():
+                if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
+                    raise ValueError(f"reward_weights[{k!r}] must be a finite number, got {v!r}")
+        return opts
+
+    # ----- spaces -----
+    def observation_space(self, agent: str) -> Dict:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> Text:
+        return self._act_space
+
+    # ----- seeds -----
+    @classmethod
+    def eval_seeds(cls, split: str, n: int) -> list[int]:
+        """``n`` held-out seeds for evaluating on ``split``: outside the training range and unique to the split."""
+        if split not in cls.splits:
+            raise ValueError(f"split must be one of {list(cls.splits)}, got {split!r}")
+        if not 0 <= n <= EVAL_SEED_BLOCK:
+            raise ValueError(f"n must be in [0, {EVAL_SEED_BLOCK}], got {n}")
+        start = TRAIN_SEED_LIMIT + cls.splits.index(split) * EVAL_SEED_BLOCK
+        return list(range(start, start + n))
+
+    # ----- PettingZoo API -----
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is None and self._pending_seed is not None:
+            seed = self._pending_seed
+        self._pending_seed = None
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+            self.episode_seed = int(seed)
+        else:
+            self.episode_seed = int(self._rng.integers(TRAIN_SEED_LIMIT))
+        # Only "split" is a reset option; other keys are ignored (PettingZoo's own tests pass junk).
+        split = (options or {}).get("split", self.opts.split)
+        if split not in self.splits:
+            raise ValueError(f"reset option split must be one of {list(self.splits)}, got {split!r}")
+        self.split = split
+        self.agents = list(self.possible_agents)
+        self._turns = dict.fromkeys(self.agents, 0)
+        self._ended = {}
+        texts = self._reset_scenario(self.episode_seed, split)
+        obs = {a: self._observe(a, texts[a]) for a in self.agents}
+        infos = {a: {"reward_components": dict.fromkeys(self.default_reward_weights, 0.0), "invalid_action": False}
+                 for a in self.agents}
+        return obs, infos
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
+        for agent in list(self.agents):
+            self._turns[agent] += 1
+            try:
+                out = self._step_agent(agent, actions.get(agent))
+            except Exception as exc:  # noqa: BLE001 - a harness fault must end the episode, not the run
+                out = StepOutcome(text=f"harness error ({type(exc).__name__}); episode ended", end="error")
+            components = dict.fromkeys(self.default_reward_weights, 0.0)
+            if out.end not in HARNESS_FAULTS:  # harness faults carry no reward signal: masked from the loss
+                components.update({k: float(v) for k, v in out.components.items() if k in components})
+            end, text = out.end, out.text
+            if end is None and self._turns[agent] >= self.opts.max_turns:
+                end, text = "max_turns", f"{text}\nout of turns: episode over"
+            info: dict[str, Any] = {"reward_components": components, "invalid_action": bool(out.invalid)}
+            if end is not None:
+                info["termination_reason"] = end
+                self._ended[agent] = end
+            obs[agent] = self._observe(agent, text)
+            rewards[agent] = float(sum(self.reward_weights[k] * v for k, v in components.items()))
+            terms[agent] = end in TERMINATION_REASONS
+            truncs[agent] = end in TRUNCATION_REASONS
+            infos[agent] = info
+        self.agents = [a for a in self.agents if a not in self._ended]
+        return obs, rewards, terms, truncs, infos
+
+    def state(self) -> str:
+        lines = [f"scenario={self.metadata['name']} split={self.split} seed={self.episode_seed}"]
+        for agent in self.possible_agents:
+            status = self._ended.get(agent, "running" if agent in self.agents else "idle")
+            turn = self._turns.get(agent, 0)
+            lines.append(f"{agent}: turn={turn}/{self.opts.max_turns} status={status} {self._agent_state(agent)}")
+        return self._clean("\n".join(lines), self.state_space.max_length)
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        last = [f"[{a}] {self._last_text.get(a, '')}" for a in self.possible_agents]
+        return "\n".join([self.state(), *last])
+
+    def close(self) -> None:
+        pass
+
+    # ----- helpers -----
+    def _observe(self, agent: str, text: str) -> dict[str, str]:
+        clean = self._clean(text, self.max_obs_length)
+        self._last_text[agent] = clean
+        return {"text": clean}
+
+    @staticmethod
+    def _clean(text: str, max_length: int) -> str:
+        # Observations must stay inside the Text space: printable ASCII, 1..max_length chars.
+        text = "".join(c if c in PRINTABLE else "?" for c in str(text)) or "(empty)"
+        if len(text) > max_length:
+            text = text[: max_length - len(_TRUNCATED_MARK)] + _TRUNCATED_MARK
+        return text
+
+    # ----- hooks for subclasses -----
+    def _reset_scenario(self, episode_seed: int, split: str) -> dict[str, str]:
+        """Draw every agent's task from the episode seed; return each agent's first observation text."""
+        raise NotImplementedError
+
+    def _step_agent(self, agent: str, action: Any) -> StepOutcome:
+        """Apply one agent's action (any object: malformed ones must become an invalid outcome, never raise)."""
+        raise NotImplementedError
+
+    def _agent_state(self, agent: str) -> str:
+        """One line of global-state text about ``agent`` for the centralized critic."""
+        return ""
+
+    def action_grammar(self, agent: str) -> ActionGrammar:
+        raise NotImplementedError
+
+    def entity_vocabulary(self) -> list[str]:
+        raise NotImplementedError
+
+    def expert_action(self, agent: str) -> str:
+        raise NotImplementedError
