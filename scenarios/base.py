@@ -72,6 +72,7 @@ class TextScenario(ParallelEnv):
     default_reward_weights: ClassVar[dict[str, float]] = {"task": 1.0}
     max_obs_length: ClassVar[int] = 2048
     max_action_length: ClassVar[int] = 512
+    TRAIN_SEED_LIMIT: ClassVar[int] = TRAIN_SEED_LIMIT  # so callers holding only an env can draw training seeds
 
     def __init__(self, n_agents: int = 1, seed: int | None = None, render_mode: str | None = None, **options: Any):
         lo, hi = self.agent_range

@@ -16,6 +16,7 @@ It leaves out the environment loop and text parsing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +24,15 @@ import numpy as np
 
 from scenarios.tool_use.tools import CORE_TOOLS, HARD_TOOLS, TOOLS
 from scenarios.tool_use.world import (
-    CITIES, CONDITIONS, CURRENCIES, DAYS, ENTITY_KINDS, SLOTS, World, convert_money, make_world, money_currency,
+    CITIES,
+    CURRENCIES,
+    DAYS,
+    ENTITY_KINDS,
+    SLOTS,
+    World,
+    convert_money,
+    make_world,
+    money_currency,
     money_value_usd,
 )
 
@@ -44,8 +53,7 @@ class Call:
         return Call(tool, tuple((k, args[k]) for k in order if k in args))
 
     def json(self) -> str:
-        import json  # canonical form: json.dumps default separators
-
+        # Canonical form: json.dumps default separators, arguments in parameter order.
         return json.dumps({"tool": self.tool, "args": dict(self.args)})
 
 
@@ -170,8 +178,6 @@ def _wrong_value(rng: np.random.Generator, kind: str, answer: str) -> str:
     values = ENTITY_KINDS[kind]
     if kind == "money":  # same currency as the answer, so the decoy is tempting
         values = tuple(v for v in values if money_currency(v) == money_currency(answer))
-    if kind == "condition":
-        values = CONDITIONS
     return _pick(rng, values, exclude=(answer,))
 
 

@@ -1,0 +1,235 @@
+"""The tool-use scenario: malformed actions, expert, grammar, faults, multi-agent, entities."""
+
+import copy
+import json
+import re
+import time
+
+import pytest
+from scenario_helpers import play_expert
+
+import scenarios
+from scenarios.tool_use import ToolUseEnv, tools
+from scenarios.tool_use.world import KIND_OF, entity_vocabulary
+
+MALFORMED = {
+    "not_json": "get_weather Paris",
+    "unknown_tool": '{"tool": "get_stock", "args": {"city": "{city}"}}',
+    "missing_arg": '{"tool": "get_weather", "args": {"city": "{city}"}}',
+    "extra_arg": '{"tool": "get_weather", "args": {"city": "{city}", "day": "{day}", "unit": "C"}}',
+    "mistyped_arg": '{"tool": "get_weather", "args": {"city": 42, "day": "{day}"}}',
+    "unknown_entity": '{"tool": "get_weather", "args": {"city": "Atlantis", "day": "{day}"}}',
+    "empty": "",
+    "huge": "{" + "x" * 100_000 + "}",
+    "non_ascii": '{"tool": "get_weather", "args": {"city": "S\u00e3o", "day": "{day}"}}',
+    "json_array": '[{"tool": "get_weather"}]',
+    "repeated_call": "REPEAT",
+    "answer_number": '{"answer": 21}',
+    "wrong_keys": '{"tool": "get_weather", "arguments": {"city": "{city}", "day": "{day}"}}',
+    "nested_garbage": '{"tool": {"tool": {"tool": []}}, "args": [[{}]]}',
+    "whitespace_only": "   \n\t ",
+    "truncated_json": '{"tool": "get_weather", "args": {"city": "{city}"',
+    "json_string": '"get_weather"',
+    "args_not_object": '{"tool": "get_weather", "args": "Paris"}',
+    "empty_answer": '{"answer": ""}',
+    "both_keys": '{"tool": "get_weather", "args": {}, "answer": "21C"}',
+    "null": "null",
+    "deep_nesting": "[" * 400 + "]" * 400,
+}
+
+
+def _weather_env():
+    # A basic weather task whose first useful call is get_weather(city, day).
+    for seed in range(200):
+        env = scenarios.make("tool_use", split="basic")
+        env.reset(seed=seed)
+        task = env._tasks["agent_0"].task
+        if task.family == "weather_temp":
+            return env, dict(task.solution[0].args)
+    raise AssertionError("no weather task in 200 seeds")
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_action_is_an_error_observation(name):
+    env, args = _weather_env()
+    action = MALFORMED[name]
+    if action == "REPEAT":
+        action = env.expert_action("agent_0")
+        env.step({"agent_0": action})
+    else:
+        action = action.replace("{city}", args["city"]).replace("{day}", args["day"])
+    obs, _, term, trunc, infos = env.step({"agent_0": action})
+    assert obs["agent_0"]["text"].startswith("error: ")
+    assert infos["agent_0"]["invalid_action"] is True
+    assert infos["agent_0"]["reward_components"]["format"] == -1.0
+    assert not term["agent_0"] and not trunc["agent_0"]
+    assert env.agents == ["agent_0"]  # the episode continues
+
+
+def test_non_text_and_missing_actions_do_not_raise():
+    env, _ = _weather_env()
+    for action in (None, 3, {"tool": "get_weather"}):
+        obs, *_ = env.step({"agent_0": action})
+        assert obs["agent_0"]["text"].startswith("error: ")
+    obs, *_ = env.step({})
+    assert obs["agent_0"]["text"].startswith("error: ")
+
+
+def test_whitespace_variants_accepted():
+    env, args = _weather_env()
+    action = json.dumps({"args": {"day": args["day"], "city": args["city"]}, "tool": "get_weather"}, indent=2)
+    obs, _, _, _, infos = env.step({"agent_0": action})
+    assert obs["agent_0"]["text"].startswith("weather ")
+    assert infos["agent_0"]["reward_components"]["arguments"] == 1.0
+
+
+@pytest.mark.parametrize("split", ToolUseEnv.splits)
+def test_expert_solves_every_task(split):
+    env = scenarios.make("tool_use", split=split)
+    seeds = list(range(100)) if split == "train" else ToolUseEnv.eval_seeds(split, 100)
+    reasons = [play_expert(env, s)["agent_0"] for s in seeds]
+    assert reasons.count("success") == 100
+
+
+@pytest.mark.parametrize("split", ToolUseEnv.splits)
+def test_grammar_actions_are_well_formed_and_contain_expert(split):
+    env = scenarios.make("tool_use", split=split)
+    for seed in range(12):
+        env.reset(seed=seed)
+        while env.agents:
+            grammar = env.action_grammar("agent_0")
+            expert = env.expert_action("agent_0")
+            assert expert in grammar
+            options = grammar.expand()
+            assert 0 < len(options) <= 500
+            for action in options:
+                probe = copy.deepcopy(env)
+                obs, _, _, _, infos = probe.step({"agent_0": action})
+                assert not obs["agent_0"]["text"].startswith("error:"), (action, obs)
+                assert infos["agent_0"]["invalid_action"] is False
+                assert action == json.dumps(json.loads(action))  # canonical json.dumps form
+            env.step({"agent_0": expert})
+
+
+def test_families_per_split():
+    fams = {s: set() for s in ToolUseEnv.splits}
+    for split in fams:
+        env = scenarios.make("tool_use", split=split)
+        for seed in range(60):
+            env.reset(seed=seed)
+            fams[split].add(env._tasks["agent_0"].task.family)
+    assert fams["basic"] == {"weather_temp", "weather_condition", "convert", "book_slot"}
+    assert fams["hard"] == {"cheapest", "event_weather", "flight_convert", "event_booking"}
+    assert fams["adversarial"] == fams["basic"] | fams["hard"] == fams["train"]
+
+
+def test_adversarial_transient_failure_then_success():
+    env = scenarios.make("tool_use", split="adversarial", seed=0)
+    env.reset()
+    texts = []
+    while env.agents:
+        obs, *_ = env.step({"agent_0": env.expert_action("agent_0")})
+        texts.append(obs["agent_0"]["text"])
+    assert any(t.startswith("tool failed:") and "retry" in t for t in texts)
+    assert texts[-1].startswith("answer received: correct")
+
+
+def test_wrong_answer_fails_and_max_turns_truncates():
+    env = scenarios.make("tool_use", split="basic", seed=5, max_turns=3)
+    env.reset()
+    env.step({"agent_0": env.expert_action("agent_0")})
+    _, _, term, trunc, infos = env.step({"agent_0": '{"answer": "Nowhere"}'})
+    assert term["agent_0"] and not trunc["agent_0"]
+    assert infos["agent_0"]["termination_reason"] == "failure"
+    env.reset(seed=5)
+    for _ in range(3):
+        _, _, term, trunc, infos = env.step({"agent_0": "junk"})
+    assert trunc["agent_0"] and not term["agent_0"]
+    assert infos["agent_0"]["termination_reason"] == "max_turns"
+    assert env.agents == []
+
+
+def test_crashing_backend_ends_with_error(monkeypatch):
+    def boom(world, args):
+        raise RuntimeError("backend down")
+
+    env, _ = _weather_env()
+    monkeypatch.setitem(tools.BACKENDS, "get_weather", boom)
+    _, rew, term, _, infos = env.step({"agent_0": env.expert_action("agent_0")})
+    assert term["agent_0"] and infos["agent_0"]["termination_reason"] == "error"
+    assert rew["agent_0"] == 0.0 and env.agents == []
+
+
+def test_slow_backend_ends_with_timeout(monkeypatch):
+    slow_original = tools.BACKENDS["get_weather"]
+
+    def slow(world, args):
+        time.sleep(0.05)
+        return slow_original(world, args)
+
+    env, _ = _weather_env()
+    env.opts = type(env.opts)(split="basic", tool_timeout_s=0.01)
+    monkeypatch.setitem(tools.BACKENDS, "get_weather", slow)
+    _, _, term, _, infos = env.step({"agent_0": env.expert_action("agent_0")})
+    assert term["agent_0"] and infos["agent_0"]["termination_reason"] == "timeout"
+
+
+def test_agents_finish_at_different_times():
+    env = scenarios.make("tool_use", n_agents=3, split="hard")
+    for seed in range(20):
+        env.reset(seed=seed)
+        finish_turn, turn = {}, 0
+        while env.agents:
+            turn += 1
+            alive = list(env.agents)
+            obs, rew, term, trunc, infos = env.step({a: env.expert_action(a) for a in alive})
+            assert set(obs) == set(rew) == set(term) == set(trunc) == set(infos) == set(alive)
+            for a in alive:
+                if term[a] or trunc[a]:
+                    finish_turn[a] = turn
+                    assert a not in env.agents
+        assert len(finish_turn) == 3
+        if len(set(finish_turn.values())) > 1:
+            return
+    raise AssertionError("agents always finished together")
+
+
+def test_agents_have_independent_tasks():
+    env = scenarios.make("tool_use", n_agents=8, seed=3)
+    obs, _ = env.reset()
+    assert len({o["text"] for o in obs.values()}) > 1
+
+
+def test_entity_vocabulary_constant_and_covers_expert_values():
+    vocab = entity_vocabulary()
+    assert 300 <= len(vocab) <= 600 and vocab == sorted(vocab)
+    assert scenarios.make("tool_use", seed=1, split="hard").entity_vocabulary() == vocab
+    assert scenarios.make("tool_use", seed=99).entity_vocabulary() == vocab
+    vocab_set = set(vocab)
+    for split in ToolUseEnv.splits:
+        env = scenarios.make("tool_use", split=split)
+        for seed in range(30):
+            env.reset(seed=seed)
+            while env.agents:
+                action = json.loads(env.expert_action("agent_0"))
+                values = [action["answer"]] if "answer" in action else list(action["args"].values())
+                assert set(values) <= vocab_set
+                env.step({"agent_0": env.expert_action("agent_0")})
+
+
+def test_entities_never_inside_ordinary_words():
+    # Template words (anything that is not itself an entity) must not contain an entity.
+    env = scenarios.make("tool_use")
+    long_entities = [e for e in KIND_OF if len(e) >= 3]
+    words = set()
+    for split in ToolUseEnv.splits:
+        for seed in range(40):
+            obs, _ = env.reset(seed=seed, options={"split": split})
+            texts = [obs["agent_0"]["text"]]
+            while env.agents:
+                obs, *_ = env.step({"agent_0": env.expert_action("agent_0")})
+                texts.append(obs["agent_0"]["text"])
+            for t in texts:
+                words |= {w for w in re.findall(r"[A-Za-z0-9]+", t) if w not in KIND_OF}
+    for w in words:
+        assert not any(e in w for e in long_entities), w
