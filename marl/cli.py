@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 import tyro
 
+from marl.checkpoint import CheckpointError
 from marl.config import ConfigError, TrainConfig, load_yaml
 
 USAGE = """usage: marl {scenarios,train,eval,compare} [--help]
@@ -118,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[command]()
     except ConfigError as err:
         print(f"marl {command}: config error: {err}", file=sys.stderr)
+        return 2
+    except CheckpointError as err:
+        print(f"marl {command}: {err}", file=sys.stderr)
         return 2
 
 

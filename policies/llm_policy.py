@@ -14,7 +14,6 @@ from the batch mid-generation (they ride along masked; their outputs are ignored
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
+from policies.router_stats import aux_loss, expert_counts, expert_load, load_entropy
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -63,10 +63,7 @@ class SequenceScores:
 
     def expert_load_entropy(self) -> torch.Tensor | None:
         """Mean over layers of the entropy of expert load (log(num_experts) when balanced)."""
-        if self.expert_load is None:
-            return None
-        p = self.expert_load.clamp_min(1e-12)
-        return -(self.expert_load * p.log()).sum(-1).mean()
+        return None if self.expert_load is None else load_entropy(self.expert_load)
 
 
 class LLMPolicy:
@@ -315,8 +312,8 @@ class LLMPolicy:
             layers = tuple(r for r in router if isinstance(r, torch.Tensor))
             if layers:
                 scores.router_logits = layers
-                scores.aux_loss = self._aux_loss(out, layers, attention)
-                scores.expert_load = self._expert_load(layers, attention)
+                scores.aux_loss = aux_loss(self.model, out, layers, attention)
+                scores.expert_load = expert_load(layers, attention, expert_counts(self.model)[1])
         return scores
 
     def _allow_tensor(self, allowed: Sequence[Sequence[Sequence[int]] | None], a_lens: list[int], a_max: int,
@@ -342,36 +339,3 @@ class LLMPolicy:
             flat = allow.view(n * a_max, vocab)
             flat[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = True
         return allow
-
-    def _aux_loss(self, out: object, layers: tuple[torch.Tensor, ...], attention: torch.Tensor) -> torch.Tensor | None:
-        aux = getattr(out, "aux_loss", None)
-        if isinstance(aux, torch.Tensor):
-            return aux
-        # Some models leave aux_loss to the caller: use their own modeling module's function.
-        fn = getattr(sys.modules.get(type(self.model).__module__), "load_balancing_loss_func", None)
-        n_experts, top_k = self._experts()
-        if fn is None or n_experts is None:
-            return None
-        aux = fn(layers, n_experts, top_k, attention)
-        return aux if isinstance(aux, torch.Tensor) else None
-
-    def _experts(self) -> tuple[int | None, int]:
-        cfg = self.model.config
-        n = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
-        return n, int(getattr(cfg, "num_experts_per_tok", 1) or 1)
-
-    def _expert_load(self, layers: tuple[torch.Tensor, ...], attention: torch.Tensor) -> torch.Tensor:
-        _, top_k = self._experts()
-        flat_mask = attention.reshape(-1).float()
-        loads = []
-        for layer in layers:
-            layer = layer.detach().float()
-            if layer.shape[0] != flat_mask.shape[0]:  # unexpected layout: count every row
-                weights = torch.ones(layer.shape[0], device=layer.device)
-            else:
-                weights = flat_mask.to(layer.device)
-            picks = layer.topk(min(top_k, layer.shape[-1]), dim=-1).indices
-            counts = torch.zeros(layer.shape[-1], device=layer.device)
-            counts.scatter_add_(0, picks.reshape(-1), weights.repeat_interleave(picks.shape[-1]))
-            loads.append(counts / counts.sum().clamp_min(1.0))
-        return torch.stack(loads)

@@ -1,0 +1,79 @@
+"""End to end through the real CLI in a subprocess: `marl train` with a tiny budget, then `marl eval`.
+
+Real parts only: the tool_use scenario, a tiny random-init MoE, TRL's SFTTrainer, a sqlite MLflow
+store. Asserts what a user relies on: a FINISHED run with the named metrics, transcripts and the
+checkpoint as artifacts, the printed `run_id:`/`checkpoint:` lines, and an eval JSON line.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+REQUIRED_METRICS = {
+    "rollout/success_rate", "rollout/return_mean", "rollout/invalid_action_rate", "rollout/truncation_rate",
+    "train/policy_loss", "train/kl", "train/entropy", "train/clip_frac", "train/grad_norm",
+    "moe/aux_loss", "moe/expert_load_entropy", "curriculum/n_agents", "curriculum/stage",
+    "perf/tokens_per_s", "perf/env_steps_per_s", "agent/agent_0/return",
+    "eval/basic/success_rate", "eval/hard/success_rate", "eval/adversarial/success_rate",
+}
+
+
+def marl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "marl.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_train_then_eval_through_the_cli(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    proc = marl("train", "--iterations", "2", "--sft.seconds", "4", "--sft.episodes", "64",
+                "--rl.tasks-per-iteration", "2", "--rl.group-size", "2", "--eval-episodes", "3",
+                "--policy.tokenizer-episodes", "100", "--tracking-uri", uri, "--experiment", "smoke",
+                "--artifact-location", str(tmp_path / "mlruns"), "--output-dir", str(tmp_path / "runs"),
+                cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if line.startswith(("run_id: ", "checkpoint: ")))
+    run_id, checkpoint = lines["run_id"].split()[0], Path(lines["checkpoint"])
+    assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "marl_checkpoint.json").is_file()
+    assert "mlflow ui" in proc.stdout
+
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    missing = REQUIRED_METRICS - set(run.data.metrics)
+    assert not missing, f"metrics not logged: {sorted(missing)}"
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"transcripts", "checkpoint"} <= artifacts
+    transcripts = {a.path for a in client.list_artifacts(run_id, "transcripts")}
+    assert "transcripts/basic.txt" in transcripts
+
+    proc = marl("eval", "--checkpoint", str(checkpoint), "--scenario", "tool_use", "--split", "hard",
+                "--episodes", "5", "--seed", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["episodes"] == 5
+    for key in ("success_rate", "return_mean", "invalid_action_rate"):
+        assert 0.0 <= figures[key] <= 1.0 or key == "return_mean"
+
+
+def test_bad_config_exits_2_with_a_message(tmp_path):
+    proc = marl("train", "--rl.group-size", "1", "--tracking-uri", f"sqlite:///{tmp_path}/m.db", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "rl.group_size" in proc.stderr
+    assert not (tmp_path / "m.db").exists()  # validated before anything is written
+
+
+def test_eval_of_a_missing_checkpoint_says_so(tmp_path):
+    proc = marl("eval", "--checkpoint", str(tmp_path / "nope"), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "does not exist" in proc.stderr
+
+
+def test_scenarios_lists_tool_use(tmp_path):
+    proc = marl("scenarios", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "tool_use" in proc.stdout and "single" in proc.stdout

@@ -1,0 +1,50 @@
+"""Config validation says what to change; YAML loads with safe_load and rejects unknown keys."""
+
+import pytest
+
+from marl.config import ConfigError, TrainConfig, flatten, load_yaml
+
+
+def test_defaults_validate():
+    TrainConfig().validate()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda c: setattr(c, "scenario", "nope"), "scenario='nope' is unknown"),
+        (lambda c: setattr(c, "agents", 0), "agents=0"),
+        (lambda c: setattr(c.rl, "group_size", 1), "rl.group_size"),
+        (lambda c: setattr(c.rl, "clip_eps", 1.5), "rl.clip_eps"),
+        (lambda c: setattr(c.rl, "learning_rate", 0.0), "rl.learning_rate"),
+        (lambda c: setattr(c.policy, "temperature", -1.0), "policy.temperature"),
+        (lambda c: setattr(c.sft, "seconds", -1.0), "sft.seconds"),
+        (lambda c: setattr(c, "algo", "mappo"), "algo='mappo'"),
+        (lambda c: setattr(c.rl, "kl_coef", float("nan")), "rl.kl_coef"),
+    ],
+)
+def test_bad_values_name_the_field(mutate, message):
+    cfg = TrainConfig()
+    mutate(cfg)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        cfg.validate()
+
+
+def test_yaml_roundtrip_and_unknown_keys(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("scenario: tool_use\nseed: 3\nrl:\n  group_size: 4\npolicy:\n  constrained: false\n")
+    cfg = load_yaml(good)
+    assert cfg.seed == 3 and cfg.rl.group_size == 4 and cfg.policy.constrained is False
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rl:\n  group_sise: 4\n")
+    with pytest.raises(ConfigError, match="group_sise"):
+        load_yaml(bad)
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("seed: !!python/object/apply:os.system ['echo hi']\n")
+    with pytest.raises(Exception):  # safe_load refuses python tags
+        load_yaml(evil)
+
+
+def test_flatten_names_sections():
+    flat = flatten(TrainConfig())
+    assert flat["rl.group_size"] == "8" and flat["tracking.tracking_uri"].startswith("sqlite")

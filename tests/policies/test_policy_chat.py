@@ -1,0 +1,41 @@
+"""ChatFormat: prompts and conversations are concatenations of the same pieces."""
+
+import pytest
+
+from policies.chat import ChatFormat
+
+
+def test_prefix_property(tokenizer):
+    chat = ChatFormat(tokenizer)
+    obs = ["Task: weather in Paris on mon?", "Result: 21C", "Result: ok 42"]
+    acts = [' {"tool": "get_weather", "args": {"city": "Paris"}}', "answer(21C)", "done"]
+    ids, mask = chat.conversation(obs, acts)
+    pieces = chat.first(obs[0]) + chat.encode_action(acts[0]) + chat.next(obs[1]) + \
+        chat.encode_action(acts[1]) + chat.next(obs[2]) + chat.encode_action(acts[2])
+    assert ids == pieces
+    assert len(mask) == len(ids)
+    masked = [i for i, m in zip(ids, mask, strict=True) if m]
+    assert masked == sum((chat.encode_action(a) for a in acts), [])
+    # rollout-style: the prompt of turn 2 is a prefix of the conversation
+    prompt2 = chat.first(obs[0]) + chat.encode_action(acts[0]) + chat.next(obs[1])
+    assert ids[: len(prompt2)] == prompt2
+
+
+def test_layout(tokenizer):
+    chat = ChatFormat(tokenizer)
+    first = chat.first("hi")
+    assert first[:2] == [chat.bos_id, chat.user_id] and first[-2:] == [chat.end_id, chat.assistant_id]
+    nxt = chat.next("ok")
+    assert nxt[0] == chat.tool_id and nxt[-2:] == [chat.end_id, chat.assistant_id]
+    assert chat.encode_action("yes")[-1] == chat.end_id
+    assert chat.decode_action(chat.encode_action("yes")) == "yes"
+    assert chat.end_id not in chat.structural_ids
+
+
+def test_id_actions_and_trailing_observation(tokenizer):
+    chat = ChatFormat(tokenizer)
+    ids, mask = chat.conversation(["a", "b"], [chat.encode_action("x")])
+    assert ids == chat.first("a") + chat.encode_action("x") + chat.next("b")
+    assert sum(mask) == len(chat.encode_action("x"))
+    with pytest.raises(ValueError, match="observation"):
+        chat.conversation(["a"], ["x", "y"])
