@@ -52,7 +52,7 @@ def run_sft(
 ) -> dict[str, float]:
     """Fine-tune `model` in place within `cfg.seconds`; returns the final SFT figures."""
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
     start = time.perf_counter()
@@ -99,6 +99,7 @@ def run_sft(
         )
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                              callbacks=[Budget()])
+        trainer.remove_callback(PrinterCallback)  # our tracker and progress bar report instead
         result = trainer.train()
     model.config.output_router_logits = aux_before
     model.eval()
