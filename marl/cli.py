@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+
 import tyro
 
 from marl.checkpoint import CheckpointError

@@ -56,8 +56,8 @@ def run_eval(args: Any) -> dict[str, Any]:
     elif args.policy == "random":
         actor = _RandomValid(args.seed)
     elif args.policy == "untrained":
-        from policies.chat import ChatFormat
         from marl.train import build_policy
+        from policies.chat import ChatFormat
 
         cfg = TrainConfig(scenario=args.scenario, seed=args.seed, output_dir=args.output_dir)
         cfg.policy.model = args.model

@@ -10,6 +10,7 @@ anything is checkpointed. Left out: value losses (critic-based algorithms come w
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,30 @@ def decision_mask(turns: list[Turn], width: int) -> torch.Tensor:
     return mask
 
 
+@dataclass
+class EpisodeSequence:
+    """One agent-episode as a single token sequence with the (start, length) span of each action."""
+
+    sequence: list[int]
+    spans: list[tuple[int, int]]
+    turns: list[Turn]
+
+
+def episode_sequence(batch: RolloutBatch, episode: int) -> EpisodeSequence:
+    """Rebuild an episode's full sequence from its turns, checking the prefix property on the way."""
+    turns = [batch.turns[i] for i in batch.episodes[episode].turns if batch.turns[i].action_ids]
+    last = turns[-1]
+    sequence = list(last.prompt_ids) + list(last.action_ids)
+    spans = []
+    for t in turns:
+        start, end = len(t.prompt_ids), len(t.prompt_ids) + len(t.action_ids)
+        if sequence[:start] != t.prompt_ids or sequence[start:end] != t.action_ids:
+            raise ValueError(f"episode {episode}: a turn's prompt is not a prefix of the next one; the chat "
+                             "format must append to the conversation, never rewrite it")
+        spans.append((start, len(t.action_ids)))
+    return EpisodeSequence(sequence, spans, turns)
+
+
 def padded(rows: list[list[float]], width: int) -> torch.Tensor:
     out = torch.zeros(len(rows), width, dtype=torch.float32)
     for i, row in enumerate(rows):
@@ -59,32 +84,39 @@ class Learner:
         self.updates = 0
 
     def update(self, batch: RolloutBatch, adv: GroupAdvantages) -> dict[str, float]:
-        """One iteration: `epochs` passes over minibatches of the included turns."""
-        turns = [t for t in batch.turns if adv.include[t.episode] and t.action_ids]
+        """One iteration: `epochs` passes over minibatches of the included episodes.
+
+        Each agent-episode is scored as ONE sequence (its last prompt + last action): every turn's
+        prompt is a prefix of the next, so all its turns' action spans come out of one forward,
+        without re-running the shared prefix once per turn.
+        """
+        episodes = [e for e, ep in enumerate(batch.episodes)
+                    if adv.include[e] and any(batch.turns[i].action_ids for i in ep.turns)]
         metrics: dict[str, list[float]] = {}
-        if not turns:
+        if not episodes:
             return {"train/skipped_empty_batch": 1.0, "train/kl_coef": self.kl.value}
         model = self.policy.model
         model.train()
         for _ in range(self.cfg.epochs):
-            order = self.rng.permutation(len(turns))
-            for chunk in np.array_split(order, min(self.cfg.minibatches, len(turns))):
-                mb = [turns[i] for i in chunk]
-                for key, value in self._step(mb, adv).items():
+            order = self.rng.permutation(len(episodes))
+            for chunk in np.array_split(order, min(self.cfg.minibatches, len(episodes))):
+                pieces = [episode_sequence(batch, episodes[i]) for i in chunk]
+                for key, value in self._step(pieces, adv).items():
                     metrics.setdefault(key, []).append(value)
         model.eval()
         out = {k: float(np.nanmean(v)) for k, v in metrics.items()}
         out["train/kl_coef"] = self.kl.update(out.get("train/kl", 0.0))
-        out["train/turns"] = float(len(turns))
+        out["train/episodes"] = float(len(episodes))
         return out
 
-    def _step(self, turns: list[Turn], adv: GroupAdvantages) -> dict[str, float]:
-        prompts = [t.prompt_ids for t in turns]
-        actions = [t.action_ids for t in turns]
-        allowed = [t.allowed for t in turns]
-        scores = self.policy.sequence_logprobs(prompts, actions, allowed, with_router_logits=self.aux_coef > 0)
+    def _step(self, pieces: list[EpisodeSequence], adv: GroupAdvantages) -> dict[str, float]:
+        sequences = [p.sequence for p in pieces]
+        spans = [p.spans for p in pieces]
+        allowed = [[t.allowed for t in p.turns] for p in pieces]
+        turns = [t for p in pieces for t in p.turns]
+        scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0)
         with torch.no_grad():
-            ref = self.reference.sequence_logprobs(prompts, actions, allowed)
+            ref = self.reference.span_logprobs(sequences, spans, allowed)
         width = scores.logprobs.shape[1]
         mask = decision_mask(turns, width) & scores.mask.bool()
         old = padded([t.logprobs for t in turns], width)

@@ -24,7 +24,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
-from policies.router_stats import aux_loss, expert_counts, expert_load, load_entropy
+from policies.router_stats import load_entropy
+from policies.scoring import score_spans
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -261,81 +262,24 @@ class LLMPolicy:
         n = len(prompts)
         if len(actions) != n or (allowed is not None and len(allowed) != n):
             raise ValueError("prompts, actions and allowed must have one entry per sample")
-        if allowed is None:
-            allowed = [None] * n
-        device = self.device
-        p_lens = [len(p) for p in prompts]
-        a_lens = [len(a) for a in actions]
-        width = max(p + a for p, a in zip(p_lens, a_lens, strict=True))
-        a_max = max(a_lens) if a_lens else 0
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for i, (p, a) in enumerate(zip(prompts, actions, strict=True)):  # right padding
-            seq = list(p) + list(a)
-            input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-            attention[i, : len(seq)] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = torch.arange(width, device=device)[None].expand(n, -1)
+        sequences = [list(p) + list(a) for p, a in zip(prompts, actions, strict=True)]
+        spans = [[(len(p), len(a))] for p, a in zip(prompts, actions, strict=True)]
+        span_allowed = [[None if allowed is None else allowed[i]] for i in range(n)]
+        return self.span_logprobs(sequences, spans, span_allowed, with_router_logits)
 
-        kwargs = {}
-        if with_router_logits and self._has_router:
-            kwargs["output_router_logits"] = True
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         use_cache=False, **kwargs)
+    def span_logprobs(
+        self,
+        sequences: Sequence[Sequence[int]],
+        spans: Sequence[Sequence[tuple[int, int]]],
+        allowed: Sequence[Sequence[Sequence[Sequence[int]] | None]],
+        with_router_logits: bool = False,
+    ) -> SequenceScores:
+        """Score several generated spans per sequence in ONE forward of the whole sequence.
 
-        # Logits at position p_len - 1 + j predict action token j.
-        j = torch.arange(a_max, device=device)
-        p_t = torch.tensor(p_lens, device=device)
-        a_t = torch.tensor(a_lens, device=device)
-        mask = j[None] < a_t[:, None]
-        idx = (p_t[:, None] - 1 + j[None]).clamp(max=width - 1)
-        vocab = out.logits.shape[-1]
-        logits = out.logits.gather(1, idx[..., None].expand(-1, -1, vocab)).float() / self.temperature
-
-        allow = self._allow_tensor(allowed, a_lens, a_max, vocab, device)
-        logp_all = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
-        targets = torch.zeros((n, a_max), dtype=torch.long)
-        for i, a in enumerate(actions):
-            targets[i, : len(a)] = torch.tensor(list(a), dtype=torch.long)
-        targets = targets.to(device)
-        tok_logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-        if torch.isinf(tok_logp[mask]).any():
-            raise ValueError("an action token lies outside its allowed set; pass the `allowed` lists recorded "
-                             "by generate for these exact actions")
-        tok_logp = tok_logp.masked_fill(~mask, 0.0)
-        p = logp_all.exp()
-        entropy = -(p * logp_all.masked_fill(~allow, 0.0)).sum(-1).masked_fill(~mask, 0.0)
-
-        scores = SequenceScores(logprobs=tok_logp, mask=mask, entropy=entropy)
-        router = getattr(out, "router_logits", None) if kwargs else None
-        if router:
-            layers = tuple(r for r in router if isinstance(r, torch.Tensor))
-            if layers:
-                scores.router_logits = layers
-                scores.aux_loss = aux_loss(self.model, out, layers, attention)
-                scores.expert_load = expert_load(layers, attention, expert_counts(self.model)[1])
-        return scores
-
-    def _allow_tensor(self, allowed: Sequence[Sequence[Sequence[int]] | None], a_lens: list[int], a_max: int,
-                      vocab: int, device: torch.device) -> torch.Tensor:
-        """Bool [B, A, vocab] of allowed ids, free decoding's mask for free samples and padding."""
-        n = len(a_lens)
-        free = self.free_mask(device)
-        if vocab != free.shape[0]:
-            raise ValueError(f"model logits have {vocab} entries but the policy expected {free.shape[0]}")
-        allow = free[None, None].expand(n, a_max, vocab).clone()
-        rows: list[int] = []
-        cols: list[int] = []
-        for i, ids_per_tok in enumerate(allowed):
-            if ids_per_tok is None:
-                continue
-            if len(ids_per_tok) != a_lens[i]:
-                raise ValueError(f"sample {i}: {len(ids_per_tok)} allowed lists for {a_lens[i]} action tokens")
-            allow[i, : a_lens[i]] = False
-            for jj, ids in enumerate(ids_per_tok):
-                rows.extend([i * a_max + jj] * len(ids))
-                cols.extend(ids)
-        if rows:
-            flat = allow.view(n * a_max, vocab)
-            flat[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = True
-        return allow
+        A multi-turn episode is one sequence whose action spans are `(start, length)`; since every
+        turn's prompt is a prefix of the next, scoring the final sequence once gives each turn's
+        logprobs without repeating the shared prefix. Rows of the result are the spans, in
+        row-major order; `allowed[r][k]` is the allowed-id lists of span k of sequence r (None:
+        free decoding).
+        """
+        return score_spans(self, sequences, spans, allowed, with_router_logits)

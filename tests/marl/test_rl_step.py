@@ -18,7 +18,7 @@ import scenarios
 from marl.advantages import group_advantages
 from marl.checkpoint import CheckpointError, read_meta, save_checkpoint
 from marl.config import TrainConfig
-from marl.learner import Learner, NonFiniteError
+from marl.learner import Learner, NonFiniteError, episode_sequence
 from marl.rollout import RolloutWorker, summarize
 from marl.train import build_policy
 from policies.chat import ChatFormat
@@ -64,6 +64,16 @@ def test_rollout_logprobs_equal_recomputed_before_update(setup):
         got = scores.logprobs[row, : len(t.action_ids)]
         worst = max(worst, (got - torch.tensor(t.logprobs)).abs().max().item())
     assert worst < 1e-4
+    # The learner scores each episode as one sequence (all turns' spans in one forward): same numbers.
+    pieces = [episode_sequence(batch, e) for e in range(len(batch.episodes))]
+    with torch.no_grad():
+        spans = policy.span_logprobs([p.sequence for p in pieces], [p.spans for p in pieces],
+                                     [[t.allowed for t in p.turns] for p in pieces])
+    flat = [t for p in pieces for t in p.turns]
+    assert len(flat) == len(turns) and any(len(p.turns) > 1 for p in pieces)
+    worst = max((spans.logprobs[row, : len(t.action_ids)] - torch.tensor(t.logprobs)).abs().max().item()
+                for row, t in enumerate(flat))
+    assert worst < 1e-4
 
 
 def test_update_changes_policy_not_reference(setup):
@@ -97,14 +107,14 @@ def test_nan_loss_skips_the_step_then_aborts(setup, monkeypatch):
     adv = group_advantages(batch.episodes)
     adv.advantages[:] = [1.0, -1.0]
     adv.include[:] = True
-    real = policy.sequence_logprobs
+    real = policy.span_logprobs
 
     def poisoned(*args, **kwargs):
         scores = real(*args, **kwargs)
         scores.logprobs = scores.logprobs * float("nan")
         return scores
 
-    monkeypatch.setattr(policy, "sequence_logprobs", poisoned)
+    monkeypatch.setattr(policy, "span_logprobs", poisoned)
     cfg = copy.deepcopy(cfg)
     cfg.rl.minibatches, cfg.rl.max_nonfinite_streak = 1, 2
     learner = Learner(policy, reference_of(policy), cfg.rl, aux_coef=0.0)
