@@ -119,6 +119,11 @@ def run_sft(
                              callbacks=[Budget()])
         trainer.remove_callback(PrinterCallback)  # our tracker and progress bar report instead
         result = trainer.train()
+        # Accelerate wraps `model.forward` in an instance attribute closed over THIS model object; a
+        # later deepcopy (the RL reference) would keep calling the original model, so KL to the
+        # reference would read 0. Drop the wrapper: the class's own forward is what we want.
+        vars(model).pop("forward", None)
+        vars(model).pop("_original_forward", None)
     model.config.output_router_logits = aux_before
     model.eval()
     return {"sft/steps": float(result.global_step), "sft/mean_loss": float(result.training_loss),
