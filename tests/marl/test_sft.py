@@ -1,0 +1,48 @@
+"""SFT warm start through TRL's SFTTrainer on real expert demonstrations (tiny model, seconds)."""
+
+import copy
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import scenarios
+from marl.config import TrainConfig, WarmStartConfig
+from marl.rollout import RolloutWorker
+from marl.sft import conversations, demonstration_episodes, run_sft
+from marl.train import build_policy
+from policies.chat import ChatFormat
+
+
+def test_sft_learns_and_leaves_a_clean_model(tmp_path):
+    cfg = TrainConfig(seed=0)
+    cfg.policy.tokenizer_episodes = 100
+    make_env = partial(scenarios.make, "tool_use", split="train")
+    tokenizer, model, policy = build_policy(cfg, make_env, Path(tmp_path), np.random.default_rng(0))
+    chat = ChatFormat(tokenizer)
+    episodes = demonstration_episodes(RolloutWorker(make_env, None, None), list(range(64)))
+    columns = conversations(chat, episodes)
+    # The demonstrations are the expert's own actions, masked to the action tokens only.
+    ids, mask = columns["input_ids"][0], columns["assistant_masks"][0]
+    assert 0 < sum(mask) < len(ids)
+    logged: list[dict] = []
+    figures = run_sft(model, tokenizer, columns, WarmStartConfig(seconds=6, batch_size=8, warmup_steps=2),
+                      seed=0, log=lambda m, step: logged.append(m))
+    assert figures["sft/steps"] >= 3
+    losses = [m["sft/loss"] for m in logged if "sft/loss" in m]
+    assert losses and np.isfinite(losses).all()
+
+    # Nothing of the trainer may stay attached: generation works (router logits off again) and a
+    # deepcopy (the RL reference) is independent of the policy.
+    assert model.config.output_router_logits is False
+    assert "forward" not in vars(model)
+    reference = copy.deepcopy(model)
+    x = torch.tensor([ids[:20]])
+    with torch.no_grad():
+        next(model.parameters()).add_(0.5)
+        assert not torch.equal(model(x).logits, reference(x).logits)
+    env = make_env()
+    obs, _ = env.reset(seed=5)
+    gen = policy.generate([chat.first(obs["agent_0"]["text"])], [env.action_grammar("agent_0")], greedy=True)
+    assert gen.finished[0] and gen.texts[0] in env.action_grammar("agent_0")
