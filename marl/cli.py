@@ -7,7 +7,9 @@ Errors in configs or inputs exit with status 2 and a message that says what to c
 
 from __future__ import annotations
 
+import argparse
 import json
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -15,6 +17,7 @@ import tyro
 
 from marl.checkpoint import CheckpointError
 from marl.config import ConfigError, TrainConfig, load_yaml
+from marl.errors import NonFiniteError
 
 USAGE = """usage: marl {scenarios,train,eval,compare} [--help]
 
@@ -33,8 +36,8 @@ class EvalArgs:
     """Checkpoint folder printed by `marl train` (needed unless --policy is a baseline)."""
     policy: str = "checkpoint"
     """`checkpoint`, or a baseline: `expert` (scripted), `random` (uniform valid action), `untrained` (random-init LLM)."""
-    scenario: str = "tool_use"
-    """Scenario name."""
+    scenario: str | None = None
+    """Scenario name (default: the checkpoint's, else tool_use)."""
     split: str = "basic"
     """Evaluation split (held-out seeds)."""
     episodes: int = 200
@@ -76,12 +79,10 @@ def _scenarios() -> int:
 
 
 def _train(argv: list[str]) -> int:
-    default = TrainConfig()
-    if "--config" in argv:
-        i = argv.index("--config")
-        if i + 1 >= len(argv):
-            raise ConfigError("--config needs a YAML file path")
-        default = load_yaml(argv[i + 1])
+    finder = argparse.ArgumentParser(add_help=False)
+    finder.add_argument("--config")
+    known, _ = finder.parse_known_args(argv)  # both `--config FILE` and `--config=FILE`
+    default = load_yaml(known.config) if known.config else TrainConfig()
     cfg = tyro.cli(TrainConfig, default=default, args=argv, prog="marl train")
     from marl.train import train
 
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if command not in handlers:
         print(f"marl: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
+    # A job scheduler's SIGTERM becomes SystemExit, so the MLflow run is ended (KILLED), not left RUNNING.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         return handlers[command]()
     except ConfigError as err:
@@ -124,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as err:
         print(f"marl {command}: {err}", file=sys.stderr)
         return 2
+    except NonFiniteError as err:
+        print(f"marl {command}: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

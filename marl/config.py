@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -42,6 +43,8 @@ class PolicyConfig:
     """Longest action in tokens; an unfinished action is malformed text for the scenario."""
     router_aux_loss_coef: float = 0.001
     """Weight of the MoE Switch load-balancing loss from router logits (RL keeps it small)."""
+    device: str = "auto"
+    """Torch device of the policy: `auto` (cuda when available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
 
 
 @dataclass
@@ -60,6 +63,8 @@ class WarmStartConfig:
     """Linear warm-up steps."""
     max_steps: int = 100_000
     """Upper bound on optimizer steps (the wall-clock budget normally stops earlier)."""
+    max_length: int = 1024
+    """Longest demonstration in tokens; longer ones stop the run (truncating them would train on cut episodes)."""
 
 
 @dataclass
@@ -149,6 +154,18 @@ class TrainConfig:
         low, high = scenarios.info(self.scenario).agent_range
         if not low <= self.agents <= high:
             raise ConfigError(f"agents={self.agents} is outside {self.scenario}'s range [{low}, {high}]")
+        splits = scenarios.info(self.scenario).splits
+        for split in (self.train_split, *self.eval_splits):
+            if split not in splits:
+                raise ConfigError(f"split {split!r} is not a split of {self.scenario}; choose from {list(splits)}")
+        if "split" in self.scenario_options:
+            raise ConfigError("scenario_options must not set 'split'; use train_split / eval_splits")
+        try:
+            scenarios.make(self.scenario, n_agents=self.agents, **self.scenario_options)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"scenario_options for {self.scenario}: {err}") from err
+        if self.policy.device != "auto" and not self.policy.device.startswith(("cpu", "cuda", "mps")):
+            raise ConfigError(f"policy.device={self.policy.device!r}: use auto, cpu, cuda, cuda:N or mps")
         if self.algo != "grpo":
             raise ConfigError(f"algo={self.algo!r} is not available yet; use 'grpo'")
         _positive(self, "iterations", allow_zero=True)
@@ -193,18 +210,36 @@ def _positive(obj: Any, name: str, prefix: str = "", allow_zero: bool = False) -
 def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
     """Build a config dataclass from nested plain data (YAML), rejecting unknown keys by name."""
     names = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls, include_extras=False)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in names:
             raise ConfigError(f"unknown config key {where}{key!r}; valid keys: {sorted(names)}")
         default = names[key].default_factory() if names[key].default_factory is not dataclasses.MISSING else None
-        if dataclasses.is_dataclass(default) and isinstance(value, dict):
+        if dataclasses.is_dataclass(default):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}{key} must be a mapping of its fields")
             kwargs[key] = from_dict(type(default), value, where=f"{where}{key}.")
         elif isinstance(value, list):
             kwargs[key] = tuple(value)
         else:
-            kwargs[key] = value
+            kwargs[key] = _coerce(value, hints.get(key), f"{where}{key}")
     return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, name: str) -> Any:
+    """YAML reads `1e-4` as a string (it wants `1.0e-4`): convert scalars to the field's type."""
+    scalars = (int, float, bool, str)
+    kinds = [hint] if hint in scalars else [t for t in typing.get_args(hint) if t in scalars]
+    if value is None or not kinds or type(value) in kinds:
+        return value
+    kind = kinds[0]
+    try:
+        if isinstance(value, bool) or kind is bool:
+            raise ValueError  # no silent truthiness: true/false only for booleans
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={value!r} must be of type {kind.__name__}") from None
 
 
 def load_yaml(path: str | Path) -> TrainConfig:

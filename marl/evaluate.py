@@ -12,11 +12,6 @@ from typing import Any
 from marl.rollout import RolloutBatch, RolloutWorker, summarize
 
 
-def eval_seeds(make_env: Any, split: str, episodes: int) -> list[int]:
-    """The split's held-out seeds, from the scenario itself."""
-    return list(make_env().eval_seeds(split, episodes))
-
-
 def evaluate(
     worker: RolloutWorker,
     seeds: list[int],
@@ -27,8 +22,9 @@ def evaluate(
 ) -> tuple[dict[str, float], RolloutBatch]:
     """Play every seed once; returns summary figures (names without prefix) and the last batch."""
     merged: RolloutBatch | None = None
-    for start in range(0, len(seeds), batch):
-        part = worker.collect(seeds[start : start + batch], greedy=greedy, sample_seed=sample_seed, actor=actor)
+    for chunk, start in enumerate(range(0, len(seeds), batch)):
+        chunk_seed = None if sample_seed is None else sample_seed * 100_003 + chunk
+        part = worker.collect(seeds[start : start + batch], greedy=greedy, sample_seed=chunk_seed, actor=actor)
         if merged is None:
             merged = part
         else:

@@ -18,12 +18,10 @@ import torch
 
 from marl.advantages import GroupAdvantages
 from marl.config import RLConfig
-from marl.losses import AdaptiveKL, expert_load_entropy, kl_to_reference, masked_mean, ppo_clip_loss
+from marl.errors import NonFiniteError
+from marl.losses import AdaptiveKL, kl_to_reference, masked_mean, ppo_clip_loss
 from marl.rollout import RolloutBatch, Turn
-
-
-class NonFiniteError(RuntimeError):
-    """Training produced NaN or infinite gradients too many times in a row."""
+from policies.router_stats import load_entropy
 
 
 def decision_mask(turns: list[Turn], width: int) -> torch.Tensor:
@@ -104,7 +102,9 @@ class Learner:
                 for key, value in self._step(pieces, adv).items():
                     metrics.setdefault(key, []).append(value)
         model.eval()
+        skips = metrics.pop("train/nonfinite_skips", [])
         out = {k: float(np.nanmean(v)) for k, v in metrics.items()}
+        out["train/nonfinite_skips"] = float(len(skips))
         out["train/kl_coef"] = self.kl.update(out.get("train/kl", 0.0))
         out["train/episodes"] = float(len(episodes))
         return out
@@ -117,14 +117,14 @@ class Learner:
         scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0)
         with torch.no_grad():
             ref = self.reference.span_logprobs(sequences, spans, allowed)
-        width = scores.logprobs.shape[1]
-        mask = decision_mask(turns, width) & scores.mask.bool()
-        old = padded([t.logprobs for t in turns], width)
-        advantages = torch.tensor([adv.advantages[t.episode] for t in turns], dtype=torch.float32)
+        width, device = scores.logprobs.shape[1], scores.logprobs.device
+        mask = decision_mask(turns, width).to(device) & scores.mask.bool()
+        old = padded([t.logprobs for t in turns], width).to(device)
+        advantages = torch.tensor([adv.advantages[t.episode] for t in turns], dtype=torch.float32, device=device)
         policy_loss, clip_frac = ppo_clip_loss(scores.logprobs, old, advantages, mask, self.cfg.clip_eps)
         kl = kl_to_reference(scores.logprobs, ref.logprobs.detach(), mask)
         entropy = masked_mean(scores.entropy, mask)
-        aux = scores.aux_loss if scores.aux_loss is not None else torch.zeros(())
+        aux = scores.aux_loss if scores.aux_loss is not None else torch.zeros((), device=device)
         loss = policy_loss + self.kl.value * kl + self.aux_coef * aux - self.cfg.entropy_coef * entropy
         out = {
             "train/policy_loss": policy_loss.item(),
@@ -134,10 +134,11 @@ class Learner:
             "train/loss": loss.item(),
             "train/logprob_gap": masked_mean((scores.logprobs.detach() - old).abs(), mask).item(),
             "train/decision_tokens": float(mask.sum().item()),
-            "moe/aux_loss": float(aux.item()),
         }
+        if scores.aux_loss is not None:
+            out["moe/aux_loss"] = float(aux.item())
         if scores.expert_load is not None:
-            entropies = [expert_load_entropy(layer).item() for layer in scores.expert_load]
+            entropies = [load_entropy(layer[None]).item() for layer in scores.expert_load]
             out["moe/expert_load_entropy"] = float(np.mean(entropies))
             for i, value in enumerate(entropies):
                 out[f"moe/expert_load_entropy/layer_{i}"] = value

@@ -38,12 +38,6 @@ def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: to
     return masked_mean(torch.exp(log_ratio) - log_ratio - 1.0, mask)
 
 
-def expert_load_entropy(load: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of one layer's expert-load fractions; log(num_experts) is perfectly balanced."""
-    p = load.clamp_min(1e-12) / load.sum().clamp_min(1e-12)
-    return -(p * p.log()).sum()
-
-
 class AdaptiveKL:
     """KL coefficient steered towards a target KL (proportional control, Ziegler et al. 2019)."""
 

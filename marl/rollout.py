@@ -20,8 +20,22 @@ from typing import Any
 
 import numpy as np
 
-#: Endings that are the harness's fault, never the agent's: kept out of losses and baselines.
-HARNESS_FAULTS = frozenset({"timeout", "error"})
+from scenarios.base import HARNESS_FAULTS  # endings that are never the agent's doing
+
+__all__ = ["HARNESS_FAULTS", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor", "summarize",
+           "turn_seed"]
+
+
+def turn_seed(sample_seed: int | None, turn: int) -> int | None:
+    """Independent sampling seed per (collection, turn): `base + turn` would reuse seeds across collections."""
+    if sample_seed is None:
+        return None
+    return int(np.random.SeedSequence([sample_seed, turn]).generate_state(1)[0])
+
+
+def expert_actor(env: Any, agent: str) -> str:
+    """The scenario's scripted expert as an `actor` for `RolloutWorker.collect`."""
+    return env.expert_action(agent)
 
 
 @dataclass
@@ -112,16 +126,15 @@ class RolloutWorker:
                     context[key] = self.chat.first(text)
         gen_s = env_s = 0.0
         tokens = steps = 0
-        rng_seed = sample_seed
-        for _ in range(max_loops):
+        for loop in range(max_loops):
             live = [(i, a) for i, env in enumerate(envs) if env.agents for a in env.agents]
             if not live:
                 break
             t0 = time.perf_counter()
             if actor is None:
                 grammars = [envs[i].action_grammar(a) if self.policy.constrained else None for i, a in live]
-                gen = self.policy.generate([context[k] for k in live], grammars, greedy=greedy, seed=rng_seed)
-                rng_seed = None if rng_seed is None else rng_seed + 1
+                gen = self.policy.generate([context[k] for k in live], grammars, greedy=greedy,
+                                           seed=turn_seed(sample_seed, loop))
                 texts = list(gen.texts)
                 tokens += sum(len(ids) for ids in gen.token_ids)
             else:

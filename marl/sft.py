@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marl.config import WarmStartConfig
-from marl.rollout import Episode, RolloutWorker
+from marl.rollout import Episode, RolloutWorker, expert_actor
 
 
 def demonstration_episodes(worker: RolloutWorker, seeds: list[int], batch: int = 256) -> list[Episode]:
@@ -25,7 +25,7 @@ def demonstration_episodes(worker: RolloutWorker, seeds: list[int], batch: int =
     episodes: list[Episode] = []
     for start in range(0, len(seeds), batch):
         chunk = seeds[start : start + batch]
-        episodes.extend(worker.collect(chunk, actor=lambda env, agent: env.expert_action(agent)).episodes)
+        episodes.extend(worker.collect(chunk, actor=expert_actor).episodes)
     return episodes
 
 
@@ -91,7 +91,10 @@ def run_sft(
     dataset = Dataset.from_dict(columns)
     # TRL turns router logits on for the training forward (adding the load-balancing loss); generation
     # must not compute them (it breaks with the KV cache), so the flag is restored afterwards.
-    aux_before = model.config.output_router_logits
+    aux_before = getattr(model.config, "output_router_logits", None)  # None: not an MoE model
+    longest = max(len(ids) for ids in columns["input_ids"])
+    if longest > cfg.max_length:
+        raise ValueError(f"a demonstration has {longest} tokens > sft.max_length={cfg.max_length}; raise sft.max_length")
     with tempfile.TemporaryDirectory(prefix="marl-sft-") as out:
         args = SFTConfig(
             output_dir=out,
@@ -100,13 +103,13 @@ def run_sft(
             lr_scheduler_type="constant_with_warmup",
             warmup_steps=cfg.warmup_steps,
             max_steps=cfg.max_steps,
-            logging_steps=25,
+            logging_steps=10,
             report_to="none",
             save_strategy="no",
-            use_cpu=True,
+            use_cpu=model.device.type == "cpu",
             seed=seed,
             data_seed=seed,
-            max_length=1024,
+            max_length=cfg.max_length,
             disable_tqdm=True,
             dataloader_num_workers=0,
             weight_decay=0.0,
@@ -124,7 +127,8 @@ def run_sft(
         # reference would read 0. Drop the wrapper: the class's own forward is what we want.
         vars(model).pop("forward", None)
         vars(model).pop("_original_forward", None)
-    model.config.output_router_logits = aux_before
+    if aux_before is not None:
+        model.config.output_router_logits = aux_before
     model.eval()
     return {"sft/steps": float(result.global_step), "sft/mean_loss": float(result.training_loss),
             "sft/seconds": time.perf_counter() - start, "sft/conversations": float(len(columns["input_ids"]))}

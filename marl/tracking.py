@@ -1,14 +1,14 @@
 """MLflow tracking of one run: params, batched metrics, transcripts and checkpoints as artifacts.
 
 Metrics of a step go in one `log_batch` call (one by one is 50x slower into sqlite). The run is
-ended FINISHED on success and FAILED on any exception, so nothing logged before a crash is lost.
+ended FINISHED on success, FAILED on an exception and KILLED on Ctrl-C or SIGTERM, so nothing logged
+before a crash is lost and no run is left RUNNING.
 A new experiment gets a pinned artifact location, so artifacts never land wherever the current
 directory happens to be. Metric names are checked against MLflow's allowed characters up front.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -47,10 +47,13 @@ class Tracker:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        status = "FINISHED" if exc_type is None else ("KILLED" if exc_type is KeyboardInterrupt else "FAILED")
-        if exc_type is not None:
-            self.set_tags({"error": f"{exc_type.__name__}: {exc}"[:4000]})
-        self.client.set_terminated(self.run_id, status=status)
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt | SystemExit)
+        status = "FINISHED" if exc_type is None else ("KILLED" if interrupted else "FAILED")
+        try:
+            if exc_type is not None:
+                self.set_tags({"error": f"{exc_type.__name__}: {exc}"[:4000]})
+        finally:
+            self.client.set_terminated(self.run_id, status=status)
 
     def log_params(self, params: dict[str, str]) -> None:
         items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
@@ -80,9 +83,6 @@ class Tracker:
 
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
-
-    def log_json(self, data: Any, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, json.dumps(data, indent=2, default=str), artifact_file)
 
     def log_artifacts(self, local_dir: str | Path, artifact_path: str) -> None:
         self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)

@@ -54,15 +54,22 @@ def make_env_factory(cfg: TrainConfig, split: str) -> Any:
     return partial(scenarios.make, cfg.scenario, n_agents=cfg.agents, split=split, **cfg.scenario_options)
 
 
-def train_seeds(env: Any, rng: np.random.Generator, n: int) -> list[int]:
+def train_seeds(rng: np.random.Generator, n: int) -> list[int]:
     """Task seeds from the training range only (evaluation seeds lie outside it)."""
-    return [int(s) for s in rng.integers(0, env.TRAIN_SEED_LIMIT, size=n)]
+    return [int(s) for s in rng.integers(0, scenarios.TRAIN_SEED_LIMIT, size=n)]
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks cuda when available; anything else is taken as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 def build_policy(cfg: TrainConfig, make_env: Any, out_dir: Path, rng: np.random.Generator) -> tuple[Any, Any, Any]:
     """Offline tokenizer (cached), random-init model from the preset, and the policy around them."""
     probe = make_env()
-    corpus_seeds = train_seeds(probe, rng, cfg.policy.tokenizer_episodes)
+    corpus_seeds = train_seeds(rng, cfg.policy.tokenizer_episodes)
 
     def corpus() -> list[str]:
         worker = RolloutWorker(make_env, policy=None, chat=None)
@@ -77,6 +84,7 @@ def build_policy(cfg: TrainConfig, make_env: Any, out_dir: Path, rng: np.random.
                         eos_token_id=tokenizer.eos_token_id)
     if hasattr(model.config, "router_aux_loss_coef"):
         model.config.router_aux_loss_coef = cfg.policy.router_aux_loss_coef
+    model.to(resolve_device(cfg.policy.device))
     policy = LLMPolicy(model, tokenizer, constrained=cfg.policy.constrained, temperature=cfg.policy.temperature,
                        max_new_tokens=cfg.policy.max_new_tokens)
     return tokenizer, model, policy
@@ -91,26 +99,28 @@ def train(cfg: TrainConfig) -> TrainResult:
     make_env = make_env_factory(cfg, cfg.train_split)
     run_name = cfg.tracking.run_name or f"{cfg.scenario}-{cfg.policy.model}-s{cfg.seed}"
     with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location) as tr:
+        tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
+        tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
         tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng)
         chat = ChatFormat(tokenizer)
         worker = RolloutWorker(make_env, policy, chat)
-        params = flatten(cfg)
-        params.update({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer))})
-        tr.log_params(params)
-        tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
+        tr.log_params({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer)),
+                       "device": str(model.device)})
         print(f"run_id: {tr.run_id} ({run_name}); model {count_parameters(model):,} params, vocab {len(tokenizer)}",
               flush=True)
         if cfg.sft.seconds > 0:
             _warm_start(cfg, tr, worker, chat, model, tokenizer, rng)
+        last_iteration = 0
         if cfg.iterations > 0 and cfg.rl.seconds > 0:
-            _reinforce(cfg, tr, worker, policy, rng)
+            last_iteration = _reinforce(cfg, tr, worker, policy, rng)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         meta = {"scenario": cfg.scenario, "agents": cfg.agents, "run_id": tr.run_id, "seed": cfg.seed,
+                "iteration": last_iteration, "scenario_options": cfg.scenario_options,
                 "policy": flatten(cfg.policy), "constrained": cfg.policy.constrained,
                 "max_new_tokens": cfg.policy.max_new_tokens, "temperature": cfg.policy.temperature}
         save_checkpoint(ckpt_dir, model, tokenizer, meta)
-        final = _final_eval(cfg, tr, policy, chat)
-        tr.log_artifacts(ckpt_dir, "checkpoint")
+        tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
+        final = _final_eval(cfg, tr, policy, chat, last_iteration)
     print(f"run_id: {tr.run_id}")
     print(f"checkpoint: {ckpt_dir}")
     print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
@@ -120,8 +130,7 @@ def train(cfg: TrainConfig) -> TrainResult:
 def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any, model: Any, tokenizer: Any,
                 rng: np.random.Generator) -> None:
     t0 = time.perf_counter()
-    probe = worker.make_env()
-    episodes = demonstration_episodes(worker, train_seeds(probe, rng, cfg.sft.episodes))
+    episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes))
     columns = conversations(chat, episodes)
     bar = tqdm(total=int(cfg.sft.seconds), desc="sft (s)", unit="s", leave=False)
 
@@ -136,18 +145,19 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
           f"mean loss {figures['sft/mean_loss']:.3f}", flush=True)
 
 
-def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any, rng: np.random.Generator) -> None:
+def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any, rng: np.random.Generator) -> int:
+    """RL iterations until `cfg.iterations` or the wall-clock budget; returns the last iteration run."""
     reference_model = copy.deepcopy(policy.model).eval()
     for p in reference_model.parameters():
         p.requires_grad_(False)
     reference = LLMPolicy(reference_model, policy.tokenizer, constrained=policy.constrained,
                           temperature=policy.temperature, max_new_tokens=policy.max_new_tokens)
     learner = Learner(policy, reference, cfg.rl, cfg.policy.router_aux_loss_coef, seed=cfg.seed)
-    probe = worker.make_env()
     start = time.perf_counter()
     bar = tqdm(range(1, cfg.iterations + 1), desc="rl", unit="it")
+    it = 0
     for it in bar:
-        task_seeds = train_seeds(probe, rng, cfg.rl.tasks_per_iteration)
+        task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
         seeds = [s for s in task_seeds for _ in range(cfg.rl.group_size)]
         groups = [g for g in range(len(task_seeds)) for _ in range(cfg.rl.group_size)]
         batch = worker.collect(seeds, groups, greedy=False, sample_seed=cfg.seed * 1_000_003 + it)
@@ -157,8 +167,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any
         metrics.update(learner.update(batch, adv))
         metrics["perf/update_seconds"] = time.perf_counter() - t0
         metrics["perf/rollout_seconds"] = batch.seconds
-        metrics["rollout/zero_variance_groups"] = adv.zero_variance_groups / max(adv.groups, 1)
-        metrics["rollout/harness_faults"] = float(adv.harness_faults)
+        metrics["rollout/zero_variance_group_frac"] = adv.zero_variance_groups / max(adv.groups, 1)
         metrics["curriculum/n_agents"] = float(cfg.agents)
         metrics["curriculum/stage"] = 0.0
         metrics["perf/elapsed_s"] = time.perf_counter() - start
@@ -167,9 +176,10 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any
         if time.perf_counter() - start >= cfg.rl.seconds:
             break
     bar.close()
+    return it
 
 
-def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any) -> dict[str, float]:
+def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int) -> dict[str, float]:
     final: dict[str, float] = {}
     if cfg.eval_episodes <= 0:
         return final
@@ -180,6 +190,6 @@ def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any) -> dict[s
         figures, batch = evaluate(worker, seeds, greedy=True)
         final.update({f"eval/{split}/{k}": v for k, v in figures.items()})
         tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
-    tr.log_metrics(final, step=cfg.iterations)
+    tr.log_metrics(final, step=step)
     print("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")), flush=True)
     return final

@@ -73,6 +73,30 @@ def test_eval_of_a_missing_checkpoint_says_so(tmp_path):
     assert "does not exist" in proc.stderr
 
 
+def test_config_file_in_equals_form_is_read(tmp_path):
+    (tmp_path / "c.yaml").write_text("rl:\n  group_size: 1\n")
+    proc = marl("train", f"--config={tmp_path / 'c.yaml'}", "--tracking-uri", f"sqlite:///{tmp_path}/m.db",
+                cwd=tmp_path)
+    assert proc.returncode == 2 and "rl.group_size" in proc.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--policy", "expert", "--split", "hrad"], "--split 'hrad'"),
+    (["--policy", "expert", "--agents", "99"], "--agents 99"),
+    (["--policy", "oracle"], "--policy 'oracle'"),
+])
+def test_eval_rejects_bad_flags_with_a_message(tmp_path, args, message):
+    proc = marl("eval", *args, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_eval_of_the_expert_baseline_is_perfect(tmp_path):
+    proc = marl("eval", "--policy", "expert", "--split", "adversarial", "--episodes", "20", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["success_rate"] == 1.0 and figures["episodes"] == 20
+
+
 def test_scenarios_lists_tool_use(tmp_path):
     proc = marl("scenarios", cwd=tmp_path)
     assert proc.returncode == 0

@@ -49,3 +49,34 @@ def test_yaml_roundtrip_and_unknown_keys(tmp_path):
 def test_flatten_names_sections():
     flat = flatten(TrainConfig())
     assert flat["rl.group_size"] == "8" and flat["tracking.tracking_uri"].startswith("sqlite")
+
+
+def test_yaml_scalars_are_converted_or_rejected_by_name(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("rl:\n  learning_rate: 1e-4\n  group_size: '4'\n")  # YAML reads 1e-4 as a string
+    cfg = load_yaml(path)
+    assert cfg.rl.learning_rate == 1e-4 and cfg.rl.group_size == 4
+    path.write_text("rl:\n  group_size: many\n")
+    with pytest.raises(ConfigError, match="rl.group_size='many' must be of type int"):
+        load_yaml(path)
+    path.write_text("policy:\n  constrained: 1\n")
+    with pytest.raises(ConfigError, match="policy.constrained"):
+        load_yaml(path)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda c: setattr(c, "eval_splits", ("basic", "hrad")), "split 'hrad'"),
+        (lambda c: setattr(c, "train_split", "nope"), "split 'nope'"),
+        (lambda c: setattr(c, "scenario_options", {"split": "hard"}), "must not set 'split'"),
+        (lambda c: setattr(c, "scenario_options", {"max_turns": 0}), "scenario_options for tool_use"),
+        (lambda c: setattr(c, "scenario_options", {"colour": 1}), "scenario_options for tool_use"),
+        (lambda c: setattr(c.policy, "device", "tpu"), "policy.device"),
+    ],
+)
+def test_scenario_settings_are_checked_before_the_run(mutate, message):
+    cfg = TrainConfig()
+    mutate(cfg)
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate()

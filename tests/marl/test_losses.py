@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from marl.losses import AdaptiveKL, expert_load_entropy, kl_to_reference, ppo_clip_loss
+from marl.losses import AdaptiveKL, kl_to_reference, ppo_clip_loss
 
 
 def test_ppo_loss_is_clipped_for_positive_advantage():
@@ -43,7 +43,3 @@ def test_adaptive_kl_moves_towards_target():
     assert fixed.update(5.0) == 0.1
     assert AdaptiveKL(0.1, 0.02).update(float("nan")) == 0.1
 
-
-def test_expert_load_entropy_is_max_when_balanced():
-    assert math.isclose(expert_load_entropy(torch.ones(8)).item(), math.log(8), rel_tol=1e-6)
-    assert expert_load_entropy(torch.tensor([1.0, 0, 0, 0])).item() < 1e-6

@@ -18,7 +18,8 @@ import scenarios
 from marl.advantages import group_advantages
 from marl.checkpoint import CheckpointError, read_meta, save_checkpoint
 from marl.config import TrainConfig
-from marl.learner import Learner, NonFiniteError, episode_sequence
+from marl.errors import NonFiniteError
+from marl.learner import Learner, episode_sequence
 from marl.rollout import RolloutWorker, summarize
 from marl.train import build_policy
 from policies.chat import ChatFormat

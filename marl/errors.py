@@ -1,0 +1,5 @@
+"""Errors the engine raises on purpose, importable without pulling in torch."""
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced NaN or infinite gradients too many times in a row."""
