@@ -114,7 +114,7 @@ def run_sft(
             dataloader_num_workers=0,
             weight_decay=0.0,
             # Recomputing activations saves memory a tiny model does not need and costs ~40% of a step.
-            gradient_checkpointing=False,
+            activation_checkpointing=False,
             # Conversations range from ~90 to ~300 tokens: batching similar lengths cuts padding work.
             train_sampling_strategy="group_by_length",
         )
