@@ -6,7 +6,8 @@ With one agent this is plain single-agent tool calling.
 
 **Observations.** ``{"text": str}``, printable ASCII, at most 2048 characters, the new message
 of this turn only. Turn 1: ``task: ...``, the compact tool list (``tools: get_weather(city,
-day); ...``, ``?`` marks an optional argument) and the two action formats. Later turns: the
+day); ...``, ``?`` marks an optional argument). The two action formats are stated in every
+``error:`` observation rather than in every first message. Later turns: the
 tool result (``weather Paris Tue: sunny 21C``), ``tool failed: ... retry the same call``
 (adversarial), or ``error: <reason>`` after a malformed action.
 
@@ -48,7 +49,7 @@ from typing import Any
 
 from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Part, Slot
-from scenarios.tool_use.actions import FORMATS, parse_action
+from scenarios.tool_use.actions import parse_action
 from scenarios.tool_use.tasks import SPLITS, Call, Task, generate_task
 from scenarios.tool_use.tools import TOOLS, call_tool
 from scenarios.tool_use.world import KIND_OF, entity_vocabulary
@@ -115,7 +116,9 @@ class ToolUseEnv(TextScenario):
             self._tasks[agent] = _AgentTask(task)
             self._tasks[agent].see(task.text)
             tools = "; ".join(TOOLS[t].signature() for t in task.tools)
-            texts[agent] = f"task: {task.text}\ntools: {tools}\nreply with one JSON object: {FORMATS}"
+            # The action formats are not repeated in every first message: they cost ~35 tokens per
+            # episode (a fifth of a conversation) and every `error:` observation states them.
+            texts[agent] = f"task: {task.text}\ntools: {tools}"
         return texts
 
     def _step_agent(self, agent: str, action: Any) -> StepOutcome:
