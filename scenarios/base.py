@@ -7,7 +7,7 @@ truncation, layered and weighted rewards, ``infos`` with ``reward_components``,
 bounded observation text, seeding, evaluation seeds, ``state()`` and ``render()``.
 
 It leaves out everything about a particular task: subclasses implement ``_reset_scenario``,
-``_step_agent``, ``_agent_state``, ``action_grammar``, ``entity_vocabulary`` and
+``_step_agent`` (or ``_step_agents`` when agents interact), ``_agent_state``, ``action_grammar``, ``entity_vocabulary`` and
 ``expert_action``. It does not parse actions (a scenario's action language is its own) and
 does not decide who observes what (that is ``comms/``).
 """
@@ -167,12 +167,16 @@ class TextScenario(ParallelEnv):
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
-        for agent in list(self.agents):
+        live = list(self.agents)
+        for agent in live:
             self._turns[agent] += 1
-            try:
-                out = self._step_agent(agent, actions.get(agent))
-            except Exception as exc:  # noqa: BLE001 - a harness fault must end the episode, not the run
-                out = StepOutcome(text=f"harness error ({type(exc).__name__}); episode ended", end="error")
+        try:
+            outcomes = self._step_agents({a: actions.get(a) for a in live})
+        except Exception as exc:  # noqa: BLE001 - a harness fault must end the episode, not the run
+            fault = StepOutcome(text=f"harness error ({type(exc).__name__}); episode ended", end="error")
+            outcomes = dict.fromkeys(live, fault)
+        for agent in live:
+            out = outcomes[agent]
             components = dict.fromkeys(self.default_reward_weights, 0.0)
             if out.end not in HARNESS_FAULTS:  # harness faults carry no reward signal: masked from the loss
                 components.update({k: float(v) for k, v in out.components.items() if k in components})
@@ -226,6 +230,22 @@ class TextScenario(ParallelEnv):
     def _reset_scenario(self, episode_seed: int, split: str) -> dict[str, str]:
         """Draw every agent's task from the episode seed; return each agent's first observation text."""
         raise NotImplementedError
+
+    def _step_agents(self, actions: dict[str, Any]) -> dict[str, StepOutcome]:
+        """Apply the live agents' actions together; returns one outcome per agent in ``actions``.
+
+        The default steps agents one by one (independent tasks) and contains a crash to the
+        agent that caused it. Scenarios where agents interact (moves on a shared grid,
+        simultaneous bids) override this and resolve the joint action at once; a crash here
+        ends every live agent's episode with reason ``error``.
+        """
+        outcomes = {}
+        for agent, action in actions.items():
+            try:
+                outcomes[agent] = self._step_agent(agent, action)
+            except Exception as exc:  # noqa: BLE001 - one agent's harness fault must not end the others
+                outcomes[agent] = StepOutcome(text=f"harness error ({type(exc).__name__}); episode ended", end="error")
+        return outcomes
 
     def _step_agent(self, agent: str, action: Any) -> StepOutcome:
         """Apply one agent's action (any object: malformed ones must become an invalid outcome, never raise)."""
