@@ -1,0 +1,103 @@
+"""What the grid scenarios share: options, difficulty levels, move parsing, grammar, expert caching, state.
+
+``GridScenario`` is a ``TextScenario`` whose agents stand on a ``Board`` (``self.pos``: live
+agent -> cell) and act with ``{"move": ...}``. Subclasses draw the layout, resolve the joint
+move and plan the scripted expert's joint move (``_expert_plan``), which is computed once per
+board position and shared by every agent's ``expert_action``.
+
+It leaves out rewards, observations and the rules of each task (``navigation.py``,
+``predator_prey.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from scenarios.base import ScenarioOptions, TextScenario
+from scenarios.grammar import ActionGrammar, Slot
+from scenarios.grid.board import CELL_TOKENS, MOVES, Board
+from scenarios.grid.moves import move_text, parse_move
+
+SPLITS = ("train", "basic", "hard")
+MAX_AGENTS = 8
+
+
+@dataclass(frozen=True)
+class GridOptions(ScenarioOptions):
+    """Options of the grid scenarios (on top of split and reward_weights)."""
+
+    max_turns: int = 20
+    """Moves an agent may make before its episode is truncated with reason ``max_turns``."""
+    train_hard_frac: float = 0.5
+    """Share of ``hard`` episodes in the ``train`` split (the rest are ``basic``)."""
+
+    def __post_init__(self) -> None:
+        f = self.train_hard_frac
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 <= f <= 1.0:
+            raise ValueError(f"train_hard_frac must be a number in [0, 1], got {f!r}")
+
+
+class GridScenario(TextScenario):
+    """Shared machinery of the grid scenarios (see the module docstring)."""
+
+    splits = SPLITS
+    options_cls = GridOptions
+    extra_entities: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, n_agents: int = 1, seed: int | None = None, render_mode: str | None = None, **options: Any):
+        super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
+        self.board: Board | None = None
+        self.level = ""
+        self.pos: dict[str, int] = {}
+        self._plan_key: tuple | None = None
+        self._plan: dict[str, str] = {}
+
+    def _draw_level(self, rng: np.random.Generator, split: str) -> str:
+        """``basic`` or ``hard``; the ``train`` split mixes them by ``train_hard_frac``."""
+        if split != "train":
+            return split
+        return "hard" if rng.random() < self.opts.train_hard_frac else "basic"
+
+    def _parse(self, agent: str, action: Any) -> tuple[str | None, str | None]:
+        cell = self.pos[agent]
+        return parse_move(action, self.board.legal_moves(cell), self.board.token(cell), self.max_action_length)
+
+    def _occupied_tokens(self, agents: list[str]) -> str:
+        return " ".join(f"{a} {self.board.token(self.pos[a])}" for a in agents if a in self.pos)
+
+    # ----- scenario extras -----
+    def action_grammar(self, agent: str) -> ActionGrammar:
+        if agent not in self.agents or agent not in self.pos:
+            return ActionGrammar(())
+        legal = self.board.legal_moves(self.pos[agent])
+        return ActionGrammar((('{"move": "', Slot("move", legal), '"}'),))
+
+    def entity_vocabulary(self) -> list[str]:
+        agents = tuple(f"agent_{i}" for i in range(MAX_AGENTS))
+        return sorted({*CELL_TOKENS, *MOVES, *agents, *self.extra_entities})
+
+    def expert_action(self, agent: str) -> str:
+        if agent not in self.agents or agent not in self.pos:
+            return move_text("stay")
+        key = tuple(sorted(self.pos.items()))
+        if key != self._plan_key:
+            self._plan_key, self._plan = key, self._expert_plan()
+        return move_text(self._plan.get(agent, "stay"))
+
+    def _expert_plan(self) -> dict[str, str]:
+        """The scripted expert's move for every live agent in the current position."""
+        raise NotImplementedError
+
+    def state(self) -> str:
+        text = super().state()
+        if self.board is None:
+            return text
+        return self._clean(f"{text}\n{self._global_state()}", self.state_space.max_length)
+
+    def _global_state(self) -> str:
+        b = self.board
+        walls = b.tokens(sorted(b.walls)) or "none"
+        return f"level={self.level} grid={b.size}x{b.size} walls={walls}"

@@ -1,0 +1,181 @@
+"""The action language of ``info_split``: parse one action text, and list the valid ones (grammar).
+
+An action is one JSON object: ``{"tool": NAME, "args": {...}}`` (a world tool the agent holds,
+or a board tool: ``post`` with ``{"value": ENTITY}``, ``read_board`` with ``{}``) or
+``{"answer": VALUE}``. Any JSON with that content is accepted (whitespace and key order are
+free). Anything else yields an error reason that says what is valid; nothing here raises on
+agent text or evaluates it. ``EXTRA_KEYS`` is empty: the comms layer will admit its ``"msg"``
+field there, so that parsing the action itself stays unchanged.
+
+It leaves out running calls and rewards (``env.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import string
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from scenarios.grammar import ActionGrammar, Part, Slot
+from scenarios.tool_use.tasks import Call
+from scenarios.tool_use.tools import TOOLS, Param
+from scenarios.tool_use.world import ENTITY_KINDS, KIND_OF, entity_vocabulary
+
+BOARD_TOOLS = ("post", "read_board")
+EXTRA_KEYS: frozenset[str] = frozenset()
+FORMATS = '{"tool": "<name>", "args": {"<param>": "<value>"}} or {"answer": "<value>"}'
+READ_BOARD = json.dumps({"tool": "read_board", "args": {}})
+_POST_HEAD = json.dumps({"tool": "post", "args": {"value": ""}})[:-3]  # up to the value's opening quote
+_PRINTABLE = frozenset(string.printable)
+_ORDER = {e: i for i, e in enumerate(entity_vocabulary())}
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+    return names.get(type(value), "null")
+
+
+def post_action(value: str) -> str:
+    return json.dumps({"tool": "post", "args": {"value": value}})
+
+
+def signature(name: str) -> str:
+    """Compact form for observations: ``find_flights(origin, destination, day, slot?)``, ``post(value)``."""
+    if name == "post":
+        return "post(value)"
+    if name == "read_board":
+        return "read_board()"
+    return TOOLS[name].signature()
+
+
+def tool_schema(name: str) -> dict:
+    """The OpenAI-style function declaration of a world or board tool."""
+    if name in TOOLS:
+        return TOOLS[name].schema()
+    props = {} if name == "read_board" else {"value": {
+        "type": "string", "enum": entity_vocabulary(), "description": "One entity to write on the team board."}}
+    desc = ("Show the entities teammates posted on the team board." if name == "read_board"
+            else "Write one entity on the team board (readable by teammates from the next turn).")
+    return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
+        "type": "object", "properties": props, "required": list(props), "additionalProperties": False}}}
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A well-formed action: exactly one of a world-tool call, a post, a board read or an answer."""
+
+    call: Call | None = None
+    post: str | None = None
+    read: bool = False
+    answer: str | None = None
+
+
+def parse_action(action: object, tools: tuple[str, ...], done: Collection[Call],
+                 max_chars: int) -> tuple[Parsed | None, str | None]:
+    """Return ``(parsed, None)`` for a well-formed action, else ``(None, reason)``."""
+    if not isinstance(action, str):
+        return None, f"the action must be text: one JSON object, {FORMATS}"
+    if len(action) > max_chars:
+        return None, f"the action has {len(action)} characters; the limit is {max_chars}"
+    if not set(action) <= _PRINTABLE:
+        return None, "the action must be printable ASCII"
+    if not action.strip():
+        return None, f"empty action; write one JSON object: {FORMATS}"
+    try:
+        obj = json.loads(action)
+    except (ValueError, RecursionError):
+        return None, f"not valid JSON; write one JSON object: {FORMATS}"
+    if not isinstance(obj, dict):
+        return None, f"the action must be a JSON object, not a JSON {_json_type(obj)}: {FORMATS}"
+    keys = set(obj) - EXTRA_KEYS
+    if keys == {"answer"}:
+        answer = obj["answer"]
+        if not isinstance(answer, str) or not answer.strip():
+            return None, 'the answer must be a non-empty string, e.g. {"answer": "<value>"}'
+        return Parsed(answer=answer), None
+    if keys != {"tool", "args"}:
+        return None, f"wrong keys {sorted(keys)[:4]}; use exactly {FORMATS}"
+    name, args = obj["tool"], obj["args"]
+    listed = (*tools, *BOARD_TOOLS)
+    if not isinstance(name, str) or name not in listed:
+        return None, f"unknown tool {str(name)[:40]!r}; your tools: {', '.join(listed)}"
+    if not isinstance(args, dict):
+        return None, f"args must be a JSON object for {signature(name)}"
+    if name == "read_board":
+        if args:
+            return None, f"read_board takes no arguments: {READ_BOARD}"
+        return Parsed(read=True), None
+    if name == "post":
+        value = args.get("value") if set(args) == {"value"} else None
+        if not isinstance(value, str) or value not in KIND_OF:
+            return None, 'post takes one entity as written in the text: {"tool": "post", "args": {"value": "<entity>"}}'
+        return Parsed(post=value), None
+    return _parse_call(name, args, done)
+
+
+def _parse_call(name: str, args: dict, done: Collection[Call]) -> tuple[Parsed | None, str | None]:
+    spec = TOOLS[name]
+    extra = sorted(set(args) - {p.name for p in spec.params})
+    if extra:
+        return None, f"unexpected argument(s) {[e[:40] for e in extra[:4]]} for {spec.signature()}"
+    missing = [p.name for p in spec.params if p.required and p.name not in args]
+    if missing:
+        return None, f"missing argument(s) {missing} for {spec.signature()}"
+    for key, value in args.items():
+        kind = spec.param(key).kind
+        if not isinstance(value, str):
+            return None, f"argument {key} of {name} must be a string, not a JSON {_json_type(value)}"
+        if value not in ENTITY_KINDS[kind]:
+            return None, f"unknown {kind} {value[:40]!r} for {key}; use a {kind} from the text or a result"
+    call = Call.make(name, args)
+    if call in done:
+        return None, f"repeated call: you already called {name} with these arguments; use its result above"
+    return Parsed(call=call), None
+
+
+def build_grammar(tools: tuple[str, ...], seen: Iterable[str], done: Collection[Call],
+                  answer_kind: str) -> ActionGrammar:
+    """Every valid action: calls of the agent's tools with seen entities (minus its own repeats),
+    posts of seen entities, the board read, and answers among seen entities of the answer kind."""
+    ordered = sorted(seen, key=_ORDER.__getitem__)
+    by_kind: dict[str, list[str]] = {}
+    for e in ordered:
+        by_kind.setdefault(KIND_OF[e], []).append(e)
+    templates: list[tuple[Part, ...]] = []
+    for name in tools:
+        params = TOOLS[name].params
+        variants = [params]
+        if any(not p.required for p in params):
+            variants.insert(0, tuple(p for p in params if p.required))
+        for variant in variants:
+            templates.extend(_call_templates(name, variant, by_kind, done))
+    if ordered:
+        templates.append((_POST_HEAD, Slot("value", tuple(ordered)), '"}}'))
+    templates.append((READ_BOARD,))
+    if by_kind.get(answer_kind):
+        templates.append(('{"answer": "', Slot("answer", tuple(by_kind[answer_kind])), '"}'))
+    return ActionGrammar(tuple(templates))
+
+
+def _call_templates(name: str, params: tuple[Param, ...], by_kind: dict[str, list[str]],
+                    done: Collection[Call]) -> list[tuple[Part, ...]]:
+    """Templates for one tool and argument set, in canonical ``json.dumps`` form."""
+    if any(p.kind not in by_kind for p in params):
+        return []  # some argument has no seen value yet
+    head = json.dumps({"tool": name, "args": {}})[:-2]
+    repeats = {c for c in done if c.tool == name and [k for k, _ in c.args] == [p.name for p in params]}
+    if not repeats:
+        parts: list[Part] = [head]
+        for i, p in enumerate(params):
+            parts += [("" if i == 0 else ", ") + json.dumps(p.name) + ': "', Slot(p.name, tuple(by_kind[p.kind])), '"']
+        parts.append("}}")
+        return [tuple(parts)]
+    # A repeat of the agent's own successful call is invalid, so list the other combinations literally.
+    out = []
+    for combo in itertools.product(*(by_kind[p.kind] for p in params)):
+        call = Call.make(name, dict(zip((p.name for p in params), combo, strict=True)))
+        if call not in repeats:
+            out.append((call.json(),))
+    return out

@@ -1,0 +1,305 @@
+"""The repeated game: PettingZoo contracts, determinism, styles, expert floors, grammar, malformed actions."""
+
+import copy
+import json
+import pickle
+import re
+import string
+import warnings
+
+import numpy as np
+import pytest
+from competitive_helpers import JUNK, mixed_action, play_expert, sample_grammar, trace
+from pettingzoo.test import api_test, parallel_api_test
+from pettingzoo.utils.conversions import parallel_to_aec
+
+import scenarios
+from scenarios.repeated_game import HELDOUT_STYLES, STYLES, TRAIN_STYLES, RepeatedGameEnv, make_style
+from scenarios.repeated_game.expert import expert_move
+from scenarios.repeated_game.styles import MOVES3, MOVES5, counter, most_frequent, outcome
+
+COUNTS = [2, 3, 5, 8]
+# Measured over 200 evaluation seeds x 2 agents (scripted pairing): basic 0.98, hard 0.97, heldout 0.97.
+FLOORS = {"basic": 0.9, "hard": 0.9, "heldout": 0.85}
+
+
+def make(n=2, **options):
+    return scenarios.make("repeated_game", n_agents=n, **options)
+
+
+@pytest.mark.parametrize("n", COUNTS)
+@pytest.mark.parametrize("pairing", ["scripted", "self"])
+def test_pettingzoo_parallel_and_aec_api(n, pairing):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parallel_api_test(make(n, seed=0, pairing=pairing, split="hard"), num_cycles=15)
+        api_test(parallel_to_aec(make(n, seed=0, pairing=pairing)), num_cycles=15)
+
+
+@pytest.mark.parametrize("n", COUNTS)
+@pytest.mark.parametrize("split", RepeatedGameEnv.splits)
+def test_multi_step_determinism(n, split):
+    for seed in range(3):
+        pairing = "self" if seed == 1 else "scripted"
+        a = trace(make(n, split=split, pairing=pairing), seed)
+        b = trace(make(n, split=split, pairing=pairing), seed)
+        assert a == b and len(a) > 2
+
+
+def test_constructor_seed_equals_reset_seed():
+    assert make(3, seed=7).reset()[0] == make(3).reset(seed=7)[0]
+
+
+def test_pickle_round_trip_mid_episode():
+    env = make(3, split="hard", seed=4)
+    env.reset()
+    for _ in range(3):
+        env.step({a: env.expert_action(a) for a in env.agents})
+    clone = pickle.loads(pickle.dumps(env))
+    assert clone.state() == env.state()
+    for _ in range(3):
+        actions = {a: env.expert_action(a) for a in env.agents}
+        assert clone.step(actions) == env.step(actions)
+
+
+def test_thousand_random_episodes_never_raise():
+    rng = np.random.default_rng(0)
+    env_by = {(n, p): make(n, pairing=p, rounds=6, first_to=3) for n in (2, 3, 5, 8) for p in ("scripted", "self")}
+    keys = sorted(env_by)
+    for episode in range(1000):
+        env = env_by[keys[episode % len(keys)]]
+        split = RepeatedGameEnv.splits[episode % len(RepeatedGameEnv.splits)]
+        obs, _ = env.reset(seed=episode, options={"split": split})
+        while env.agents:
+            obs, rew, term, trunc, infos = env.step({a: mixed_action(env, a, rng) for a in env.agents})
+            for a, info in infos.items():
+                assert info.get("termination_reason") != "error", obs[a]
+                assert env.observation_space(a).contains(obs[a])
+        assert env.state_space.contains(env.state())
+
+
+def test_first_to_k_matches_end_at_different_times():
+    env = make(5, split="hard")
+    for seed in RepeatedGameEnv.eval_seeds("hard", 20):
+        env.reset(seed=seed)
+        shrank_with_others_left = False
+        while env.agents:
+            alive = list(env.agents)
+            obs, rew, term, trunc, infos = env.step({a: env.expert_action(a) for a in alive})
+            assert set(obs) == set(rew) == set(term) == set(trunc) == set(infos) == set(alive)
+            done = [a for a in alive if term[a] or trunc[a]]
+            assert not set(done) & set(env.agents)
+            shrank_with_others_left |= bool(done) and bool(env.agents)
+        if shrank_with_others_left:
+            return
+    raise AssertionError("first-to-K matches always ended together")
+
+
+@pytest.mark.parametrize("split", ["basic", "hard", "heldout"])
+def test_expert_beats_the_styles(split):
+    env = make(2, split=split)
+    wins = []
+    for seed in RepeatedGameEnv.eval_seeds(split, 200):
+        final = play_expert(env, seed)
+        wins += [i["termination_reason"] == "success" for i in final.values()]
+    assert len(wins) == 400
+    assert np.mean(wins) >= FLOORS[split]
+
+
+def test_expert_against_each_training_style():
+    # Deterministic styles are beaten every time; the noisy one most of the time.
+    for name in (*TRAIN_STYLES, *HELDOUT_STYLES):
+        wins = []
+        for seed in range(60):
+            style = make_style(name, np.random.default_rng(seed), MOVES3)
+            history, score = [], 0
+            for _ in range(10):
+                mine = expert_move(history, MOVES3, "rock")
+                theirs = style.act([(b, a) for a, b in history])
+                score += outcome(mine, theirs, MOVES3)
+                history.append((mine, theirs))
+            wins.append(score > 0)
+        assert np.mean(wins) >= (0.7 if name == "noisy_beat_last" else 0.85), name
+
+
+@pytest.mark.parametrize("split", RepeatedGameEnv.splits)
+def test_grammar_holds_expert_and_only_valid_actions(split):
+    env = make(3, split=split, pairing="self")
+    rng = np.random.default_rng(1)
+    for seed in range(6):
+        env.reset(seed=seed)
+        while env.agents:
+            for a in env.possible_agents:
+                if a not in env.agents:
+                    assert env.action_grammar(a).expand() == []
+            for a in env.agents:
+                grammar = env.action_grammar(a)
+                assert env.expert_action(a) in grammar
+                for action in grammar.expand():
+                    probe = copy.deepcopy(env)
+                    _, _, _, _, infos = probe.step({b: action for b in env.agents})
+                    assert infos[a]["invalid_action"] is False
+                    assert action == json.dumps(json.loads(action))
+            env.step({a: sample_grammar(env.action_grammar(a), rng) for a in env.agents})
+
+
+@pytest.mark.parametrize("junk", range(len(JUNK)))
+def test_malformed_action_forfeits_the_round(junk):
+    env = make(2, seed=3)
+    env.reset()
+    action = JUNK[junk]
+    obs, rew, term, trunc, infos = env.step({"agent_0": action, "agent_1": env.expert_action("agent_1")})
+    assert obs["agent_0"]["text"].startswith("error: ") and "forfeited" in obs["agent_0"]["text"]
+    info = infos["agent_0"]
+    assert info["invalid_action"] is True
+    assert info["reward_components"] == {"round": -1.0, "match": 0.0, "format": -1.0}
+    assert not term["agent_0"] and not trunc["agent_0"] and env.agents == ["agent_0", "agent_1"]
+    assert infos["agent_1"]["invalid_action"] is False
+
+
+def test_missing_action_and_self_play_forfeits():
+    env = make(2, seed=0, pairing="self")
+    env.reset()
+    _, _, _, _, infos = env.step({"agent_1": '{"move": "rock"}'})  # agent_0 sent nothing
+    assert infos["agent_0"]["invalid_action"] and infos["agent_0"]["reward_components"]["round"] == -1.0
+    assert infos["agent_1"]["reward_components"]["round"] == 1.0
+    _, _, _, _, infos = env.step({"agent_0": "junk", "agent_1": "junk"})
+    assert infos["agent_0"]["reward_components"]["round"] == infos["agent_1"]["reward_components"]["round"] == 0.0
+
+
+def test_match_result_rewards_and_termination():
+    env = make(2, seed=0, rounds=3, reward_weights={"round": 1.0, "match": 10.0, "format": 0.0})
+    env.reset()
+    total = dict.fromkeys(env.agents, 0.0)
+    for _ in range(3):
+        obs, rew, term, trunc, infos = env.step({a: env.expert_action(a) for a in env.agents})
+        for a in rew:
+            total[a] += rew[a]
+    assert env.agents == []
+    for a, info in infos.items():
+        comps = info["reward_components"]
+        assert term[a] and not trunc[a]
+        assert info["termination_reason"] == ("success" if comps["match"] == 1.0 else "failure")
+        assert "match over" in obs[a]["text"]
+        wins, losses = map(int, re.search(r"score (\d+)-(\d+)", obs[a]["text"]).groups())
+        assert comps["match"] == float(np.sign(wins - losses))
+
+
+def test_self_pairing_is_zero_sum_and_odd_agent_plays_a_style():
+    env = make(3, pairing="self", seed=5)
+    _, infos = env.reset()
+    assert [infos[a]["opponent"] for a in env.agents] == ["agent_1", "agent_0", "scripted"]
+    assert infos["agent_0"]["opponent_style"] == "agent" and infos["agent_2"]["opponent_style"] in TRAIN_STYLES
+    rng = np.random.default_rng(0)
+    while env.agents:
+        _, _, _, _, infos = env.step({a: mixed_action(env, a, rng) for a in env.agents})
+        pair = [infos[a]["reward_components"] for a in ("agent_0", "agent_1")]
+        assert pair[0]["round"] == -pair[1]["round"] and pair[0]["match"] == -pair[1]["match"]
+
+
+def test_max_turns_truncates():
+    env = make(2, seed=1, rounds=10, max_turns=4)
+    env.reset()
+    for _ in range(4):
+        _, _, term, trunc, infos = env.step({a: env.expert_action(a) for a in env.agents})
+    assert all(trunc.values()) and not any(term.values())
+    assert {i["termination_reason"] for i in infos.values()} == {"max_turns"}
+
+
+def test_styles_per_split_in_infos_and_state_not_in_observations():
+    seen = {s: set() for s in RepeatedGameEnv.splits}
+    for split in seen:
+        env = make(8, split=split)
+        for seed in range(8):
+            obs, infos = env.reset(seed=seed)
+            for a in env.agents:
+                style = infos[a]["opponent_style"]
+                seen[split].add(style)
+                assert f"style={style}" in env.state()
+            texts = [o["text"] for o in obs.values()]
+            while env.agents:
+                obs, _, _, _, infos = env.step({a: env.expert_action(a) for a in env.agents})
+                texts += [o["text"] for o in obs.values()]
+                assert all(infos[a]["opponent_style"] in STYLES for a in infos)
+            assert not any(name in t for name in STYLES for t in texts)
+    assert seen["heldout"] == set(HELDOUT_STYLES)
+    assert seen["train"] == seen["basic"] == seen["hard"] == set(TRAIN_STYLES)
+
+
+def test_first_observation_says_who_and_what():
+    obs, _ = make(2, seed=0).reset()
+    text = obs["agent_1"]["text"]
+    assert text.startswith("you are agent_1 vs a hidden opponent") and "rock paper scissors" in text
+    assert len(text.split()) < 45
+    obs, _ = make(2, seed=0, split="hard", pairing="self").reset()
+    assert obs["agent_0"]["text"].startswith("you are agent_0 vs agent_1. first to 4")
+    assert "lizard" in obs["agent_0"]["text"]
+
+
+def test_rules_and_style_behaviour():
+    assert outcome("paper", "rock", MOVES3) == 1 and outcome("rock", "paper", MOVES3) == -1
+    assert outcome("rock", "scissors", MOVES3) == 1 and outcome("rock", "rock", MOVES3) == 0
+    assert outcome("spock", "rock", MOVES5) == 1 and outcome("lizard", "spock", MOVES5) == 1
+    assert outcome(None, "rock", MOVES3) == -1 and outcome(None, None, MOVES3) == 0
+    for moves in (MOVES3, MOVES5):  # every move beats exactly half of the others
+        for m in moves:
+            assert sum(outcome(m, o, moves) == 1 for o in moves) == len(moves) // 2
+            assert outcome(counter(m, moves), m, moves) == 1
+    assert most_frequent(["rock", "paper", "paper", "rock"]) == "rock"  # tie: most recent
+    rng = np.random.default_rng(0)
+    hist = [("rock", "paper"), ("scissors", "paper"), ("rock", "rock")]  # (style's move, opponent's move)
+    assert make_style("copy", rng).act(hist) == "rock"
+    assert make_style("beat_last", rng).act(hist) == "paper"
+    assert make_style("frequency", rng).act(hist) == "scissors"  # beats paper
+    assert make_style("win_stay", rng).act([("paper", "rock")]) == "paper"
+    assert make_style("win_stay", rng).act([("rock", "paper")]) == "scissors"
+    fixed = make_style("fixed", rng)
+    assert len({fixed.act(hist[:k]) for k in range(4)}) == 1
+    cycle = make_style("cycle", rng, MOVES5)
+    seq = [cycle.act([("rock", "rock")] * k) for k in range(5)]
+    assert sorted(seq) == sorted(MOVES5)
+    pattern = make_style("pattern", rng)
+    assert [pattern.act([("rock", "rock")] * k) for k in range(6)] == list(pattern.sequence) * 2
+    with pytest.raises(ValueError, match="unknown style"):
+        make_style("nope", rng)
+
+
+def test_options_and_registry():
+    info = scenarios.info("repeated_game")
+    assert (info.kind, info.agent_range, info.splits) == ("competitive", (2, 8), ("train", "basic", "heldout", "hard"))
+    assert info.description and make().metadata["name"] == "repeated_game"
+    for bad, match in [({"pairing": "team"}, "pairing"), ({"rounds": 0}, "rounds"),
+                       ({"first_to": 0}, "first_to"), ({"hard_frac": 2}, "hard_frac"),
+                       ({"split": "easy"}, "split"), ({"reward_weights": {"task": 1}}, "valid keys")]:
+        with pytest.raises(ValueError, match=match):
+            make(**bad)
+    with pytest.raises(ValueError, match="n_agents"):
+        make(1)
+
+
+def test_eval_seeds_disjoint():
+    blocks = [set(RepeatedGameEnv.eval_seeds(s, 500)) for s in RepeatedGameEnv.splits]
+    assert all(min(b) >= RepeatedGameEnv.TRAIN_SEED_LIMIT for b in blocks)
+    assert sum(len(b) for b in blocks) == len(set().union(*blocks))
+
+
+def test_entities_cover_moves_and_stay_whole():
+    env = make(2)
+    vocab = env.entity_vocabulary()
+    assert vocab == sorted(vocab) and set(MOVES5) <= set(vocab) and "agent_7" in vocab
+    words = set()
+    for split in RepeatedGameEnv.splits:
+        for seed in range(10):
+            obs, _ = env.reset(seed=seed, options={"split": split})
+            texts = [o["text"] for o in obs.values()]
+            while env.agents:
+                actions = {a: env.expert_action(a) for a in env.agents}
+                assert all(json.loads(v)["move"] in vocab for v in actions.values())
+                obs, *_ = env.step(actions)
+                texts += [o["text"] for o in obs.values()]
+            for t in texts:
+                assert set(t) <= set(string.printable)
+                words |= {w for w in re.findall(r"[A-Za-z]+", t) if w not in vocab}
+    long_entities = [e for e in vocab if len(e) >= 3 and not e.startswith("agent_")]
+    for w in words:
+        assert not any(e in w for e in long_entities), w
