@@ -74,8 +74,11 @@ class TextScenario(ParallelEnv):
     max_action_length: ClassVar[int] = 512
     TRAIN_SEED_LIMIT: ClassVar[int] = TRAIN_SEED_LIMIT  # so callers holding only an env can draw training seeds
 
-    def __init__(self, n_agents: int = 1, seed: int | None = None, render_mode: str | None = None, **options: Any):
+    def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
+                 **options: Any):
         lo, hi = self.agent_range
+        if n_agents is None:
+            n_agents = lo
         if not isinstance(n_agents, int) or isinstance(n_agents, bool) or not lo <= n_agents <= hi:
             raise ValueError(f"{type(self).__name__} takes n_agents in [{lo}, {hi}], got {n_agents!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:

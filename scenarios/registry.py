@@ -42,8 +42,11 @@ def _lookup(name: str) -> type[TextScenario]:
     return _REGISTRY[name]
 
 
-def make(name: str, n_agents: int = 1, seed: int | None = None, **options: Any) -> TextScenario:
-    """Build the scenario registered as ``name`` (a PettingZoo ``ParallelEnv``)."""
+def make(name: str, n_agents: int | None = None, seed: int | None = None, **options: Any) -> TextScenario:
+    """Build the scenario registered as ``name`` (a PettingZoo ``ParallelEnv``).
+
+    ``n_agents=None`` takes the smallest count the scenario supports (1 for ``tool_use``, 2 for a game).
+    """
     return _lookup(name)(n_agents=n_agents, seed=seed, **options)
 
 

@@ -121,7 +121,8 @@ class BargainingEnv(TextScenario):
     options_cls = BargainingOptions
     default_reward_weights = {"value": 1.0, "deal": 0.0, "format": 0.1}
 
-    def __init__(self, n_agents: int = 2, seed: int | None = None, render_mode: str | None = None, **options: Any):
+    def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
+                 **options: Any):
         super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
         self._pool: Pool | None = None
         self._hard = False

@@ -47,7 +47,8 @@ class GridScenario(TextScenario):
     options_cls = GridOptions
     extra_entities: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, n_agents: int = 1, seed: int | None = None, render_mode: str | None = None, **options: Any):
+    def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
+                 **options: Any):
         super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
         self.board: Board | None = None
         self.level = ""

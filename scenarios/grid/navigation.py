@@ -68,7 +68,8 @@ class NavigationEnv(GridScenario):
     agent_range = (1, 8)
     default_reward_weights = {"format": 0.2, "collision": 0.2, "progress": 0.1, "coverage": 0.2, "task": 1.0}
 
-    def __init__(self, n_agents: int = 1, seed: int | None = None, render_mode: str | None = None, **options: Any):
+    def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
+                 **options: Any):
         super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
         self.landmarks: list[int] = []
 

@@ -97,11 +97,12 @@ class PredatorPreyEnv(GridScenario):
     default_reward_weights = {"format": 0.2, "collision": 0.1, "chase": 0.05, "team": 1.0,
                               "individual": 1.0, "outcome": 1.0}
 
-    def __init__(self, n_agents: int = 2, seed: int | None = None, render_mode: str | None = None, **options: Any):
+    def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
+                 **options: Any):
         if isinstance(n_agents, int) and not isinstance(n_agents, bool) and n_agents % 2:
             raise ValueError(f"PredatorPreyEnv takes an even n_agents (k predators and k prey) in [2, 8], got {n_agents}")
         super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
-        k = n_agents // 2
+        k = len(self.possible_agents) // 2
         self.predators, self.prey = self.possible_agents[:k], self.possible_agents[k:]
         self.caught: dict[str, int] = {}  # prey -> turn it was caught
 

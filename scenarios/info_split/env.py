@@ -165,7 +165,8 @@ class InfoSplitEnv(TextScenario):
     options_cls = InfoSplitOptions
     default_reward_weights = {"format": 0.2, "contribution": 1.0, "task": 1.0}
 
-    def __init__(self, n_agents: int = 2, seed: int | None = None, render_mode: str | None = None, **options: Any):
+    def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
+                 **options: Any):
         super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
         w = self.opts.individual_weight
         self.reward_weights = {**self.reward_weights, "task": (1 - w) * self.reward_weights["task"],

@@ -160,7 +160,8 @@ class RepeatedGameEnv(TextScenario):
     options_cls = RepeatedGameOptions
     default_reward_weights = {"round": 0.1, "match": 1.0, "format": 0.2}
 
-    def __init__(self, n_agents: int = 2, seed: int | None = None, render_mode: str | None = None, **options: Any):
+    def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
+                 **options: Any):
         super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
         self._sides: dict[str, _Side] = {}
         self._moves: tuple[str, ...] = MOVES3

@@ -104,7 +104,8 @@ class ToolUseEnv(TextScenario):
     options_cls = ToolUseOptions
     default_reward_weights = {"format": 0.2, "tool_choice": 0.1, "arguments": 0.1, "task": 1.0}
 
-    def __init__(self, n_agents: int = 1, seed: int | None = None, render_mode: str | None = None, **options: Any):
+    def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
+                 **options: Any):
         super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
         self._tasks: dict[str, _AgentTask] = {}
 
