@@ -119,8 +119,8 @@ class TrainConfig:
 
     scenario: str = "tool_use"
     """Scenario name (see `marl scenarios`)."""
-    agents: int = 1
-    """Number of agents in the scenario."""
+    agents: int | None = None
+    """Number of agents in the scenario (default: the smallest count it supports)."""
     iterations: int = 200
     """RL iterations (collect a batch, update once); the RL wall-clock budget may stop earlier."""
     seed: int = 0
@@ -131,8 +131,8 @@ class TrainConfig:
     """Scenario split that training tasks come from."""
     eval_episodes: int = 100
     """Held-out episodes per evaluation split at the end of training (0 skips)."""
-    eval_splits: tuple[str, ...] = ("basic", "hard", "adversarial")
-    """Evaluation splits at the end of training."""
+    eval_splits: tuple[str, ...] | None = None
+    """Evaluation splits at the end of training (default: every split of the scenario but `train_split`)."""
     output_dir: str = "runs"
     """Folder for checkpoints and the tokenizer cache."""
     config: str | None = None
@@ -152,7 +152,11 @@ class TrainConfig:
         if self.scenario not in scenarios.names():
             raise ConfigError(f"scenario={self.scenario!r} is unknown; choose one of {scenarios.names()}")
         low, high = scenarios.info(self.scenario).agent_range
-        if not low <= self.agents <= high:
+        if self.agents is None:
+            self.agents = low
+        if self.eval_splits is None:
+            self.eval_splits = tuple(s for s in scenarios.info(self.scenario).splits if s != self.train_split)
+        if not isinstance(self.agents, int) or not low <= self.agents <= high:
             raise ConfigError(f"agents={self.agents} is outside {self.scenario}'s range [{low}, {high}]")
         splits = scenarios.info(self.scenario).splits
         for split in (self.train_split, *self.eval_splits):

@@ -55,10 +55,10 @@ def run_eval(args: Any) -> dict[str, Any]:
         meta = read_meta(args.checkpoint)
     scenario = args.scenario or meta.get("scenario", "tool_use")
     options = dict(meta.get("scenario_options", {}))
-    agents = args.agents or int(meta.get("agents", 1))
     if scenario not in scenarios.names():
         raise ConfigError(f"--scenario {scenario!r} is unknown; choose one of {scenarios.names()}")
     info = scenarios.info(scenario)
+    agents = args.agents or int(meta.get("agents") or info.agent_range[0])
     if args.split not in info.splits:
         raise ConfigError(f"--split {args.split!r} is not a split of {scenario}; choose one of {list(info.splits)}")
     if not info.agent_range[0] <= agents <= info.agent_range[1]:

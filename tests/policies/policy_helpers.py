@@ -1,18 +1,11 @@
-"""Shared test data for tests/policies: grammar types, a synthetic JSON tool-call corpus, grammars.
-
-The grammar types come from scenarios.grammar; while the scenarios package is mid-build and does
-not import, a local copy (policies_grammar_fallback.py) stands in. Delete the copy once stable.
-"""
+"""Shared test data for tests/policies: grammar types, a synthetic JSON tool-call corpus, grammars."""
 
 from __future__ import annotations
 
 import json
 import random
 
-try:
-    from scenarios.grammar import ActionGrammar, Slot
-except Exception:  # noqa: BLE001 - any import failure of the sibling package: use the local copy
-    from policies_grammar_fallback import ActionGrammar, Slot
+from scenarios.grammar import ActionGrammar, Slot
 
 __all__ = ["ActionGrammar", "Slot", "ENTITIES", "corpus", "grammars"]
 
