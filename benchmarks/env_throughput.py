@@ -54,25 +54,40 @@ def scripted_throughput(name: str, n: int, episodes: int) -> tuple[float, float]
     return agent_steps / env_s, agent_steps / episodes
 
 
-def timed_env(name: str, n: int, clock: dict[str, float]) -> scenarios.TextScenario:
-    """A scenario whose reset, step and action_grammar add their wall time to ``clock["env"]``.
+class TimedEnv:
+    """Delegates to a scenario and adds the wall time of reset, step and action_grammar to ``clock``.
 
-    The rollout worker's own env timer also counts the policy's tokenization of observations,
-    and counts grammar building as generation; timing the env's methods is the honest split.
+    The rollout worker's own env timer also counts the policy's tokenization of observations, and
+    counts grammar building as generation; timing the env's methods is the honest split. A proxy
+    (not patched methods) because scenarios may deepcopy themselves (``info_split`` plans its turn
+    budget on a copy) and must keep calling their own methods.
     """
-    env = scenarios.make(name, n_agents=n, split="train")
-    for method in ("reset", "step", "action_grammar"):
-        inner = getattr(env, method)
 
-        def timed(*args, _inner=inner, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return _inner(*args, **kwargs)
-            finally:
-                clock["env"] += time.perf_counter() - t0
+    def __init__(self, env: scenarios.TextScenario, clock: dict[str, float]) -> None:
+        self._env, self._clock = env, clock
 
-        setattr(env, method, timed)
-    return env
+    def __getattr__(self, name: str):
+        return getattr(self._env, name)
+
+    def _timed(self, method: str, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return getattr(self._env, method)(*args, **kwargs)
+        finally:
+            self._clock["env"] += time.perf_counter() - t0
+
+    def reset(self, *args, **kwargs):
+        return self._timed("reset", *args, **kwargs)
+
+    def step(self, *args, **kwargs):
+        return self._timed("step", *args, **kwargs)
+
+    def action_grammar(self, *args, **kwargs):
+        return self._timed("action_grammar", *args, **kwargs)
+
+
+def timed_env(name: str, n: int, clock: dict[str, float]) -> TimedEnv:
+    return TimedEnv(scenarios.make(name, n_agents=n, split="train"), clock)
 
 
 def rollout_share(name: str, n: int, episodes: int, workdir: Path) -> tuple[float, float]:
