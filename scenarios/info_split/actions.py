@@ -12,15 +12,14 @@ It leaves out running calls and rewards (``env.py``).
 
 from __future__ import annotations
 
-import itertools
 import json
-import string
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from scenarios.grammar import ActionGrammar, Part, Slot
+from scenarios.tool_use.actions import call_templates, json_type, read_json_object
 from scenarios.tool_use.tasks import Call
-from scenarios.tool_use.tools import TOOLS, Param
+from scenarios.tool_use.tools import TOOLS
 from scenarios.tool_use.world import ENTITY_KINDS, KIND_OF, entity_vocabulary
 
 BOARD_TOOLS = ("post", "read_board")
@@ -28,13 +27,7 @@ EXTRA_KEYS: frozenset[str] = frozenset()
 FORMATS = '{"tool": "<name>", "args": {"<param>": "<value>"}} or {"answer": "<value>"}'
 READ_BOARD = json.dumps({"tool": "read_board", "args": {}})
 _POST_HEAD = json.dumps({"tool": "post", "args": {"value": ""}})[:-3]  # up to the value's opening quote
-_PRINTABLE = frozenset(string.printable)
 _ORDER = {e: i for i, e in enumerate(entity_vocabulary())}
-
-
-def _json_type(value: object) -> str:
-    names = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
-    return names.get(type(value), "null")
 
 
 def post_action(value: str) -> str:
@@ -75,20 +68,9 @@ class Parsed:
 def parse_action(action: object, tools: tuple[str, ...], done: Collection[Call],
                  max_chars: int) -> tuple[Parsed | None, str | None]:
     """Return ``(parsed, None)`` for a well-formed action, else ``(None, reason)``."""
-    if not isinstance(action, str):
-        return None, f"the action must be text: one JSON object, {FORMATS}"
-    if len(action) > max_chars:
-        return None, f"the action has {len(action)} characters; the limit is {max_chars}"
-    if not set(action) <= _PRINTABLE:
-        return None, "the action must be printable ASCII"
-    if not action.strip():
-        return None, f"empty action; write one JSON object: {FORMATS}"
-    try:
-        obj = json.loads(action)
-    except (ValueError, RecursionError):
-        return None, f"not valid JSON; write one JSON object: {FORMATS}"
-    if not isinstance(obj, dict):
-        return None, f"the action must be a JSON object, not a JSON {_json_type(obj)}: {FORMATS}"
+    obj, reason = read_json_object(action, max_chars, FORMATS)
+    if obj is None:
+        return None, reason
     keys = set(obj) - EXTRA_KEYS
     if keys == {"answer"}:
         answer = obj["answer"]
@@ -126,7 +108,7 @@ def _parse_call(name: str, args: dict, done: Collection[Call]) -> tuple[Parsed |
     for key, value in args.items():
         kind = spec.param(key).kind
         if not isinstance(value, str):
-            return None, f"argument {key} of {name} must be a string, not a JSON {_json_type(value)}"
+            return None, f"argument {key} of {name} must be a string, not a JSON {json_type(value)}"
         if value not in ENTITY_KINDS[kind]:
             return None, f"unknown {kind} {value[:40]!r} for {key}; use a {kind} from the text or a result"
     call = Call.make(name, args)
@@ -150,7 +132,7 @@ def build_grammar(tools: tuple[str, ...], seen: Iterable[str], done: Collection[
         if any(not p.required for p in params):
             variants.insert(0, tuple(p for p in params if p.required))
         for variant in variants:
-            templates.extend(_call_templates(name, variant, by_kind, done))
+            templates.extend(call_templates(name, variant, by_kind, done))
     if ordered:
         templates.append((_POST_HEAD, Slot("value", tuple(ordered)), '"}}'))
     templates.append((READ_BOARD,))
@@ -159,23 +141,3 @@ def build_grammar(tools: tuple[str, ...], seen: Iterable[str], done: Collection[
     return ActionGrammar(tuple(templates))
 
 
-def _call_templates(name: str, params: tuple[Param, ...], by_kind: dict[str, list[str]],
-                    done: Collection[Call]) -> list[tuple[Part, ...]]:
-    """Templates for one tool and argument set, in canonical ``json.dumps`` form."""
-    if any(p.kind not in by_kind for p in params):
-        return []  # some argument has no seen value yet
-    head = json.dumps({"tool": name, "args": {}})[:-2]
-    repeats = {c for c in done if c.tool == name and [k for k, _ in c.args] == [p.name for p in params]}
-    if not repeats:
-        parts: list[Part] = [head]
-        for i, p in enumerate(params):
-            parts += [("" if i == 0 else ", ") + json.dumps(p.name) + ': "', Slot(p.name, tuple(by_kind[p.kind])), '"']
-        parts.append("}}")
-        return [tuple(parts)]
-    # A repeat of the agent's own successful call is invalid, so list the other combinations literally.
-    out = []
-    for combo in itertools.product(*(by_kind[p.kind] for p in params)):
-        call = Call.make(name, dict(zip((p.name for p in params), combo, strict=True)))
-        if call not in repeats:
-            out.append((call.json(),))
-    return out

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scenarios.tool_use.tasks import Call
+from scenarios.tool_use.tasks import Call, pick
 from scenarios.tool_use.world import (
     CITIES,
     CURRENCIES,
@@ -59,11 +59,6 @@ class TeamTask:
     world: World
 
 
-def _pick(rng: np.random.Generator, values: tuple[str, ...], exclude: tuple[str, ...] = ()) -> str:
-    pool = [v for v in values if v not in exclude]
-    return pool[int(rng.integers(len(pool)))]
-
-
 def _weather_answer(rng: np.random.Generator) -> tuple[str, str, int]:
     # (answer kind, words for it, index in the weather tuple (condition, temperature))
     return ("temperature", "temperature", 1) if rng.random() < 0.5 else ("condition", "weather condition", 0)
@@ -72,13 +67,13 @@ def _weather_answer(rng: np.random.Generator) -> tuple[str, str, int]:
 def _slot_flight(rng: np.random.Generator, w: World, slot: str, origin: str | None = None,
                  destination: str | None = None, day: str | None = None) -> tuple[str, str, str, Flight]:
     """Add a route of 3-4 flights, one per slot and always one in ``slot``; return it and that flight."""
-    origin = origin or _pick(rng, CITIES, exclude=(destination,) if destination else ())
-    destination = destination or _pick(rng, CITIES, exclude=(origin,))
-    day = day or _pick(rng, DAYS)
+    origin = origin or pick(rng, CITIES, exclude=(destination,) if destination else ())
+    destination = destination or pick(rng, CITIES, exclude=(origin,))
+    day = day or pick(rng, DAYS)
     others = [s for s in SLOTS if s != slot]
     chosen = {slot, *(others[int(i)] for i in rng.choice(len(others), size=int(rng.integers(2, 4)), replace=False))}
     slots = tuple(s for s in SLOTS if s in chosen)
-    flights = w.add_route(rng, origin, destination, day, slots, _pick(rng, CURRENCIES))
+    flights = w.add_route(rng, origin, destination, day, slots, pick(rng, CURRENCIES))
     return origin, destination, day, next(f for f in flights if f.slot == slot)
 
 
@@ -86,7 +81,7 @@ Family = Callable[[np.random.Generator, World], tuple[str, Facts, tuple[Call, ..
 
 
 def split_weather(rng: np.random.Generator, w: World):
-    city, day = _pick(rng, CITIES), _pick(rng, DAYS)
+    city, day = pick(rng, CITIES), pick(rng, DAYS)
     kind, words, idx = _weather_answer(rng)
     text = f"What {words} is forecast in the trip city on the trip day? Answer with the {words}."
     calls = (Call.make("get_weather", {"city": city, "day": day}),)
@@ -94,15 +89,15 @@ def split_weather(rng: np.random.Generator, w: World):
 
 
 def split_convert(rng: np.random.Generator, w: World):
-    amount = _pick(rng, ENTITY_KINDS["money"])
-    to = _pick(rng, CURRENCIES, exclude=(money_currency(amount),))
+    amount = pick(rng, ENTITY_KINDS["money"])
+    to = pick(rng, CURRENCIES, exclude=(money_currency(amount),))
     text = "How much is the budget in the payment currency? Answer with the amount."
     calls = (Call.make("convert", {"amount": amount, "to": to}),)
     return text, (("budget", amount), ("payment currency", to)), calls, convert_money(amount, to), "money"
 
 
 def book_relay(rng: np.random.Generator, w: World):
-    slot = _pick(rng, SLOTS)
+    slot = pick(rng, SLOTS)
     o, d, day, f = _slot_flight(rng, w, slot)
     text = f"Book the {slot} flight from {o} to {d} on {day}. Answer with the booking code."
     calls = (Call.make("find_flights", {"origin": o, "destination": d, "day": day, "slot": slot}),
@@ -111,9 +106,9 @@ def book_relay(rng: np.random.Generator, w: World):
 
 
 def flight_budget(rng: np.random.Generator, w: World):
-    slot = _pick(rng, SLOTS)
+    slot = pick(rng, SLOTS)
     o, d, day, f = _slot_flight(rng, w, slot)
-    to = _pick(rng, CURRENCIES, exclude=(money_currency(f.price),))
+    to = pick(rng, CURRENCIES, exclude=(money_currency(f.price),))
     text = f"What does the {slot} flight from {o} to {d} on {day} cost in the payment currency? Answer with the amount."
     calls = (Call.make("find_flights", {"origin": o, "destination": d, "day": day, "slot": slot}),
              Call.make("convert", {"amount": f.price, "to": to}))
@@ -121,7 +116,7 @@ def flight_budget(rng: np.random.Generator, w: World):
 
 
 def event_weather(rng: np.random.Generator, w: World):
-    event = _pick(rng, EVENTS)
+    event = pick(rng, EVENTS)
     city, day = w.events[event]
     kind, words, idx = _weather_answer(rng)
     text = f"What {words} is forecast where the event takes place, on its day? Answer with the {words}."
@@ -130,7 +125,7 @@ def event_weather(rng: np.random.Generator, w: World):
 
 
 def trip_booking(rng: np.random.Generator, w: World):
-    slot = _pick(rng, SLOTS)
+    slot = pick(rng, SLOTS)
     o, d, day, f = _slot_flight(rng, w, slot)
     text = f"Book the {slot} flight from {o} to the trip city on the trip day. Answer with the booking code."
     calls = (Call.make("find_flights", {"origin": o, "destination": d, "day": day, "slot": slot}),
@@ -139,7 +134,7 @@ def trip_booking(rng: np.random.Generator, w: World):
 
 
 def event_booking(rng: np.random.Generator, w: World):
-    event, slot = _pick(rng, EVENTS), _pick(rng, SLOTS)
+    event, slot = pick(rng, EVENTS), pick(rng, SLOTS)
     city, day = w.events[event]
     o, _, _, f = _slot_flight(rng, w, slot, destination=city, day=day)
     text = f"Book the {slot} flight from {o} to the city of the event, on its day. Answer with the booking code."

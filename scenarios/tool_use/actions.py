@@ -5,18 +5,21 @@ JSON with that content is accepted (whitespace and key order are free). Anything
 an error reason that tells the agent what is valid; this module never raises on agent text
 and never evaluates it.
 
+It also builds the grammar templates of a tool call (``call_templates``), shared with ``info_split``.
 It leaves out running the call (``tools.call_tool``) and rewards (``env.py``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import string
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from scenarios.grammar import Part, Slot
 from scenarios.tool_use.tasks import Call
-from scenarios.tool_use.tools import TOOLS
+from scenarios.tool_use.tools import TOOLS, Param
 from scenarios.tool_use.world import ENTITY_KINDS
 
 FORMATS = '{"tool": "<name>", "args": {"<param>": "<value>"}} or {"answer": "<value>"}'
@@ -36,23 +39,41 @@ def _valid_values(kind: str) -> str:
     return f"a {kind} entity like {values[0]} (from the task text or a tool result)"
 
 
-def parse_action(action: object, tools: tuple[str, ...], done: Collection[Call],
-                 max_chars: int) -> tuple[Parsed | None, str | None]:
-    """Return ``(parsed, None)`` for a well-formed action, else ``(None, reason)``."""
+def json_type(value: object) -> str:
+    """JSON's name for a decoded value's type (what an agent wrote, in its own terms)."""
+    names = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+    return names.get(type(value), "null")
+
+
+def read_json_object(action: object, max_chars: int, formats: str) -> tuple[dict | None, str | None]:
+    """``(object, None)`` when ``action`` is text holding one JSON object, else ``(None, reason)``.
+
+    The checks every JSON-action scenario shares: text, length, printable ASCII, non-empty, valid
+    JSON, an object. ``formats`` (the valid shapes) goes into each reason so the agent can fix it.
+    """
     if not isinstance(action, str):
-        return None, f"the action must be text: one JSON object, {FORMATS}"
+        return None, f"the action must be text: one JSON object, {formats}"
     if len(action) > max_chars:
         return None, f"the action has {len(action)} characters; the limit is {max_chars}"
     if not set(action) <= _PRINTABLE:
         return None, "the action must be printable ASCII"
     if not action.strip():
-        return None, f"empty action; write one JSON object: {FORMATS}"
+        return None, f"empty action; write one JSON object: {formats}"
     try:
         obj = json.loads(action)
     except (ValueError, RecursionError):
-        return None, f"not valid JSON; write one JSON object: {FORMATS}"
+        return None, f"not valid JSON; write one JSON object: {formats}"
     if not isinstance(obj, dict):
-        return None, f"the action must be a JSON object, not a JSON {type(obj).__name__}: {FORMATS}"
+        return None, f"the action must be a JSON object, not a JSON {json_type(obj)}: {formats}"
+    return obj, None
+
+
+def parse_action(action: object, tools: tuple[str, ...], done: Collection[Call],
+                 max_chars: int) -> tuple[Parsed | None, str | None]:
+    """Return ``(parsed, None)`` for a well-formed action, else ``(None, reason)``."""
+    obj, reason = read_json_object(action, max_chars, FORMATS)
+    if obj is None:
+        return None, reason
     keys = set(obj)
     if keys == {"answer"}:
         answer = obj["answer"]
@@ -83,3 +104,25 @@ def parse_action(action: object, tools: tuple[str, ...], done: Collection[Call],
     if call in done:
         return None, f"repeated call: {name} was already called with these arguments; use its result above"
     return Parsed(call=call), None
+
+
+def call_templates(name: str, params: tuple[Param, ...], by_kind: dict[str, list[str]],
+                   done: Collection[Call]) -> list[tuple[Part, ...]]:
+    """Templates for one tool and argument set, in canonical ``json.dumps`` form, minus repeats."""
+    if any(p.kind not in by_kind for p in params):
+        return []  # some argument has no seen value yet
+    head = json.dumps({"tool": name, "args": {}})[:-2]  # '{"tool": NAME, "args": {'
+    repeats = {c for c in done if c.tool == name and [k for k, _ in c.args] == [p.name for p in params]}
+    if not repeats:
+        parts: list[Part] = [head]
+        for i, p in enumerate(params):
+            parts += [("" if i == 0 else ", ") + json.dumps(p.name) + ': "', Slot(p.name, tuple(by_kind[p.kind])), '"']
+        parts.append("}}")
+        return [tuple(parts)]
+    # A repeat of a successful call is invalid, so list the remaining combinations literally.
+    out = []
+    for combo in itertools.product(*(by_kind[p.kind] for p in params)):
+        call = Call.make(name, dict(zip((p.name for p in params), combo, strict=True)))
+        if call not in repeats:
+            out.append((call.json(),))
+    return out

@@ -41,7 +41,6 @@ Evaluation seeds: ``ToolUseEnv.eval_seeds(split, n)``.
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ from typing import Any
 
 from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Part, Slot
-from scenarios.tool_use.actions import parse_action
+from scenarios.tool_use.actions import call_templates, parse_action
 from scenarios.tool_use.tasks import SPLITS, Call, Task, generate_task
 from scenarios.tool_use.tools import TOOLS, call_tool
 from scenarios.tool_use.world import KIND_OF, entity_vocabulary
@@ -177,30 +176,8 @@ class ToolUseEnv(TextScenario):
             if any(not p.required for p in spec.params):
                 variants.insert(0, tuple(p for p in spec.params if p.required))
             for params in variants:
-                templates.extend(_tool_templates(name, params, by_kind, st.done))
+                templates.extend(call_templates(name, params, by_kind, st.done))
         answers = by_kind.get(st.task.answer_kind)
         if answers:
             templates.append(('{"answer": "', Slot("answer", tuple(answers)), '"}'))
         return ActionGrammar(tuple(templates))
-
-
-def _tool_templates(name: str, params: tuple, by_kind: dict[str, list[str]],
-                    done: list[Call]) -> list[tuple[Part, ...]]:
-    """Templates for one tool and argument set, in canonical ``json.dumps`` form, minus repeats."""
-    if any(p.kind not in by_kind for p in params):
-        return []  # some argument has no seen value yet
-    head = json.dumps({"tool": name, "args": {}})[:-2]  # '{"tool": NAME, "args": {'
-    repeats = {c for c in done if c.tool == name and [k for k, _ in c.args] == [p.name for p in params]}
-    if not repeats:
-        parts: list[Part] = [head]
-        for i, p in enumerate(params):
-            parts += [("" if i == 0 else ", ") + json.dumps(p.name) + ': "', Slot(p.name, tuple(by_kind[p.kind])), '"']
-        parts.append("}}")
-        return [tuple(parts)]
-    # A repeat of a successful call is invalid, so list the remaining combinations literally.
-    out = []
-    for combo in itertools.product(*(by_kind[p.kind] for p in params)):
-        call = Call.make(name, dict(zip((p.name for p in params), combo, strict=True)))
-        if call not in repeats:
-            out.append((call.json(),))
-    return out

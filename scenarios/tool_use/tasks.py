@@ -69,7 +69,8 @@ class Task:
     world: World
 
 
-def _pick(rng: np.random.Generator, values: tuple[str, ...], exclude: tuple[str, ...] = ()) -> str:
+def pick(rng: np.random.Generator, values: tuple[str, ...], exclude: tuple[str, ...] = ()) -> str:
+    """A uniformly drawn value of ``values`` outside ``exclude`` (seeded task drawing)."""
     pool = [v for v in values if v not in exclude]
     return pool[int(rng.integers(len(pool)))]
 
@@ -88,35 +89,35 @@ Family = Callable[[np.random.Generator, World], tuple[str, tuple[Call, ...], str
 
 
 def weather_temp(rng: np.random.Generator, w: World):
-    city, day = _pick(rng, CITIES), _pick(rng, DAYS)
+    city, day = pick(rng, CITIES), pick(rng, DAYS)
     text = f"What temperature is forecast in {city} on {day}? Answer with the temperature."
     return text, (Call.make("get_weather", {"city": city, "day": day}),), w.weather[(city, day)][1], "temperature"
 
 
 def weather_condition(rng: np.random.Generator, w: World):
-    city, day = _pick(rng, CITIES), _pick(rng, DAYS)
+    city, day = pick(rng, CITIES), pick(rng, DAYS)
     text = f"What weather condition is forecast in {city} on {day}? Answer with the condition."
     return text, (Call.make("get_weather", {"city": city, "day": day}),), w.weather[(city, day)][0], "condition"
 
 
 def convert(rng: np.random.Generator, w: World):
-    amount = _pick(rng, ENTITY_KINDS["money"])
-    to = _pick(rng, CURRENCIES, exclude=(money_currency(amount),))
+    amount = pick(rng, ENTITY_KINDS["money"])
+    to = pick(rng, CURRENCIES, exclude=(money_currency(amount),))
     text = f"How much is {amount} in {to}? Answer with the converted amount."
     return text, (Call.make("convert", {"amount": amount, "to": to}),), convert_money(amount, to), "money"
 
 
 def _route(rng: np.random.Generator, w: World, slot: str | None, origin: str | None = None,
            destination: str | None = None, day: str | None = None):
-    origin = origin or _pick(rng, CITIES, exclude=(destination,) if destination else ())
-    destination = destination or _pick(rng, CITIES, exclude=(origin,))
-    day = day or _pick(rng, DAYS)
-    flights = w.add_route(rng, origin, destination, day, _route_slots(rng, slot), _pick(rng, CURRENCIES))
+    origin = origin or pick(rng, CITIES, exclude=(destination,) if destination else ())
+    destination = destination or pick(rng, CITIES, exclude=(origin,))
+    day = day or pick(rng, DAYS)
+    flights = w.add_route(rng, origin, destination, day, _route_slots(rng, slot), pick(rng, CURRENCIES))
     return origin, destination, day, flights
 
 
 def book_slot(rng: np.random.Generator, w: World):
-    slot = _pick(rng, SLOTS)
+    slot = pick(rng, SLOTS)
     o, d, day, flights = _route(rng, w, slot)
     f = next(f for f in flights if f.slot == slot)
     text = f"Book the {slot} flight from {o} to {d} on {day}. Answer with the booking code."
@@ -135,7 +136,7 @@ def cheapest(rng: np.random.Generator, w: World):
 
 
 def event_weather(rng: np.random.Generator, w: World):
-    event = _pick(rng, ENTITY_KINDS["event"])
+    event = pick(rng, ENTITY_KINDS["event"])
     city, day = w.events[event]
     text = f"What temperature is forecast where the {event} takes place, on its day? Answer with the temperature."
     calls = (Call.make("get_event", {"name": event}), Call.make("get_weather", {"city": city, "day": day}))
@@ -143,10 +144,10 @@ def event_weather(rng: np.random.Generator, w: World):
 
 
 def flight_convert(rng: np.random.Generator, w: World):
-    slot = _pick(rng, SLOTS)
+    slot = pick(rng, SLOTS)
     o, d, day, flights = _route(rng, w, slot)
     f = next(f for f in flights if f.slot == slot)
-    to = _pick(rng, CURRENCIES, exclude=(money_currency(f.price),))
+    to = pick(rng, CURRENCIES, exclude=(money_currency(f.price),))
     text = f"What does the {slot} flight from {o} to {d} on {day} cost in {to}? Answer with the amount."
     calls = (Call.make("find_flights", {"origin": o, "destination": d, "day": day, "slot": slot}),
              Call.make("convert", {"amount": f.price, "to": to}))
@@ -154,7 +155,7 @@ def flight_convert(rng: np.random.Generator, w: World):
 
 
 def event_booking(rng: np.random.Generator, w: World):
-    event, slot = _pick(rng, ENTITY_KINDS["event"]), _pick(rng, SLOTS)
+    event, slot = pick(rng, ENTITY_KINDS["event"]), pick(rng, SLOTS)
     city, day = w.events[event]
     o, _, _, flights = _route(rng, w, slot, destination=city, day=day)
     f = next(f for f in flights if f.slot == slot)
@@ -178,7 +179,7 @@ def _wrong_value(rng: np.random.Generator, kind: str, answer: str) -> str:
     values = ENTITY_KINDS[kind]
     if kind == "money":  # same currency as the answer, so the decoy is tempting
         values = tuple(v for v in values if money_currency(v) == money_currency(answer))
-    return _pick(rng, values, exclude=(answer,))
+    return pick(rng, values, exclude=(answer,))
 
 
 def generate_task(split: str, seed: int, agent_index: int, train_mix: tuple[float, float, float]) -> Task:
