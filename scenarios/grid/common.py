@@ -66,6 +66,17 @@ class GridScenario(TextScenario):
         cell = self.pos[agent]
         return parse_move(action, self.board.legal_moves(cell), self.board.token(cell), self.max_action_length)
 
+    def _wanted_cells(self, actions: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+        """Each agent's target cell for its move (a malformed move stays put) and the error reasons."""
+        errors: dict[str, str] = {}
+        want: dict[str, int] = {}
+        for agent, action in actions.items():
+            move, reason = self._parse(agent, action)
+            if move is None:
+                errors[agent], move = reason, "stay"
+            want[agent] = self.board.step(self.pos[agent], move)
+        return want, errors
+
     def _occupied_tokens(self, agents: list[str]) -> str:
         return " ".join(f"{a} {self.board.token(self.pos[a])}" for a in agents if a in self.pos)
 

@@ -102,13 +102,7 @@ class NavigationEnv(GridScenario):
 
     def _step_agents(self, actions: dict[str, object]) -> dict[str, StepOutcome]:
         live = list(actions)
-        errors: dict[str, str] = {}
-        want: dict[str, int] = {}
-        for agent in live:
-            move, reason = self._parse(agent, actions[agent])
-            if move is None:
-                errors[agent], move = reason, "stay"
-            want[agent] = self.board.step(self.pos[agent], move)
+        want, errors = self._wanted_cells(actions)
         spread_before, covered_before = self._spread(), self._covered()
         final, bumped = resolve_moves({a: self.pos[a] for a in live}, want)
         self.pos.update(final)

@@ -149,13 +149,7 @@ class PredatorPreyEnv(GridScenario):
 
     def _step_agents(self, actions: dict[str, object]) -> dict[str, StepOutcome]:
         live = list(actions)
-        errors: dict[str, str] = {}
-        want: dict[str, int] = {}
-        for agent in live:
-            move, reason = self._parse(agent, actions[agent])
-            if move is None:
-                errors[agent], move = reason, "stay"
-            want[agent] = self.board.step(self.pos[agent], move)
+        want, errors = self._wanted_cells(actions)
         before = dict(self.pos)
         bumped: set[str] = set()
         for group in (self.predators, self.prey):
