@@ -270,6 +270,14 @@ class RepeatedGameEnv(TextScenario):
         """The scripted opponent of ``agent`` (``None`` when it plays another agent)."""
         return self._sides[agent].style
 
+    def style_action(self, agent: str, style: Style) -> str:
+        """The action ``style`` would play in ``agent``'s seat now: any style can stand in for an agent.
+
+        E.g. in ``pairing="self"`` a learning agent can face ``make_style("pattern", rng)`` seated as
+        its opponent, with the same history the scenario keeps for that seat.
+        """
+        return json.dumps({"move": style.act(self._sides[agent].history)})
+
     def entity_vocabulary(self) -> list[str]:
         ids = [f"agent_{i}" for i in range(self.agent_range[1])]
         return sorted({*MOVES5, *_RESULT.values(), *ids})

@@ -303,3 +303,19 @@ def test_entities_cover_moves_and_stay_whole():
     long_entities = [e for e in vocab if len(e) >= 3 and not e.startswith("agent_")]
     for w in words:
         assert not any(e in w for e in long_entities), w
+
+
+def test_a_style_plays_an_agent_seat_in_self_pairing():
+    env = scenarios.make("repeated_game", n_agents=2, pairing="self", split="basic")
+    env.reset(seed=3)
+    style = make_style("cycle", np.random.default_rng(0))
+    played = []
+    while env.agents:
+        actions = {"agent_0": env.expert_action("agent_0")}
+        if "agent_1" in env.agents:
+            actions["agent_1"] = env.style_action("agent_1", style)
+            played.append(json.loads(actions["agent_1"])["move"])
+            assert actions["agent_1"] in env.action_grammar("agent_1")
+        _, _, _, _, infos = env.step(actions)
+        assert not infos.get("agent_1", {}).get("invalid_action", False)
+    assert len(set(played)) == 3  # the cycle style really played the seat
