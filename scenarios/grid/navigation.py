@@ -3,9 +3,10 @@
 A text version of the cover-the-landmarks task (MPE ``simple_spread``): n agents and n
 landmarks on a square grid; the team succeeds when every landmark has an agent on it.
 
-**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [1, 8], all on one team. The episode is a team
-event: every agent ends on the same turn (all ``success`` when the last landmark is covered,
-all ``max_turns`` otherwise), so ``agents`` empties at once. With one agent this is plain
+**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [1, 8], all on one team. By default the episode
+is a team event: every agent ends on the same turn (all ``success`` when the last landmark is
+covered, all ``max_turns`` otherwise), so ``agents`` empties at once. With option ``settle``
+agents that reach a free landmark leave one by one (see Options). With one agent this is plain
 single-agent navigation.
 
 **Observations.** ``{"text": str}``, printable ASCII. Cells are entity tokens ``c<row><col>``
@@ -39,7 +40,11 @@ collision 0.2, progress 0.1, coverage 0.2, task 1.0).
 **Ending.** Every landmark covered: ``success`` for all agents (termination). Running out of
 ``max_turns``: truncation with reason ``max_turns`` for all agents.
 
-**Options.** ``split``, ``max_turns`` (20), ``reward_weights``, ``train_hard_frac`` (0.5).
+**Options.** ``split``, ``max_turns`` (20), ``reward_weights``, ``train_hard_frac`` (0.5),
+``settle`` (False): when on, an agent that ends a turn alone on a landmark settles there: its
+episode ends with ``success`` (it leaves ``agents``, so agents finish at different times), its
+cell stays taken (moving into it is a bump) and it keeps the landmark covered; the team's
+``task`` reward goes to the agents still playing when the last landmark is covered.
 
 **Splits.** ``basic``: a 5x5 grid (6x6 for more than 4 agents), no walls. ``hard``: 7x7 (8x8)
 with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
@@ -49,18 +54,34 @@ landmarks and coverage to the per-agent lines.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from scenarios.base import StepOutcome
-from scenarios.grid.board import MOVES, assign, random_board
-from scenarios.grid.common import GridScenario
+from scenarios.grid.board import MOVES, _distances, assign, random_board
+from scenarios.grid.common import GridOptions, GridScenario
 from scenarios.grid.moves import plan_moves, resolve_moves
+
+
+@dataclass(frozen=True)
+class NavigationOptions(GridOptions):
+    """Options of ``navigation`` (on top of split, max_turns, reward_weights, train_hard_frac)."""
+
+    settle: bool = False
+    """An agent that ends a turn alone on a landmark settles: its episode ends there (success) and its cell stays taken."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.settle, bool):
+            raise ValueError(f"settle must be true or false, got {self.settle!r}")
 
 
 class NavigationEnv(GridScenario):
     """See the module docstring."""
+
+    options_cls = NavigationOptions
 
     metadata = {"render_modes": ["ansi"], "name": "navigation", "is_parallelizable": True}
     description = "Cooperative: cover every landmark on a grid, one agent on each, without collisions."
@@ -104,8 +125,10 @@ class NavigationEnv(GridScenario):
         live = list(actions)
         want, errors = self._wanted_cells(actions)
         spread_before, covered_before = self._spread(), self._covered()
-        final, bumped = resolve_moves({a: self.pos[a] for a in live}, want)
-        self.pos.update(final)
+        # Settled agents stay where they are: moving into their cell is a bump like any other.
+        settled = {a: self.pos[a] for a in self.possible_agents if a not in live and a in self.pos}
+        final, bumped = resolve_moves({a: self.pos[a] for a in live} | settled, want | settled)
+        self.pos.update({a: final[a] for a in live})
         n = len(self.landmarks)
         covered = self._covered()
         team = {"progress": (spread_before - self._spread()) / n, "coverage": (covered - covered_before) / n}
@@ -123,11 +146,20 @@ class NavigationEnv(GridScenario):
                 components["collision"] = -1.0
                 lines.append("bumped: another agent blocked your move")
             lines.append(self._status(agent, covered))
+            end = "success" if done else None
             if done:
                 lines.append("all landmarks covered: success")
-            outcomes[agent] = StepOutcome("\n".join(lines), components, invalid=agent in errors,
-                                          end="success" if done else None)
+            elif self.opts.settle and self._alone_on_landmark(agent):
+                # Its part is done: it keeps the landmark covered from here on and leaves the game;
+                # the team's own success reward is paid to whoever is still playing at the end.
+                end = "success"
+                lines.append("settled on a landmark: your part is done")
+            outcomes[agent] = StepOutcome("\n".join(lines), components, invalid=agent in errors, end=end)
         return outcomes
+
+    def _alone_on_landmark(self, agent: str) -> bool:
+        cell = self.pos[agent]
+        return cell in self.landmarks and sum(c == cell for c in self.pos.values()) == 1
 
     def _status(self, agent: str, covered: int) -> str:
         b = self.board
@@ -150,14 +182,18 @@ class NavigationEnv(GridScenario):
         live = [a for a in self.possible_agents if a in self.agents]
         if not live:
             return {}
-        dist = self.board.dist
+        dist, landmarks = self.board.dist, self.landmarks
+        settled = frozenset(self.pos[a] for a in self.possible_agents if a not in live)
+        if settled:  # settled agents are walls now, and their landmarks are taken
+            dist = _distances(self.board.size, self.board.walls | settled)
+            landmarks = [lm for lm in landmarks if lm not in settled]
         cells = [self.pos[a] for a in live]
         # Squared distances make the matching prefer two short trips to one long one; that
         # dissolves head-on standoffs and lets a parked agent step aside for one behind it.
-        targets = assign(dist[np.ix_(cells, self.landmarks)] ** 2)
+        targets = assign(dist[np.ix_(cells, landmarks)] ** 2)
         prefs = {}
         for agent, cell, t in zip(live, cells, targets, strict=True):
-            goal = self.landmarks[t]
+            goal = landmarks[t]
             options = []
             for move in MOVES[:-1]:
                 nxt = self.board.step(cell, move)
