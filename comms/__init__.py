@@ -1,5 +1,10 @@
-"""Communication between agents: topologies now; channels and the PettingZoo wrapper come later."""
+"""Communication between agents: topologies (who hears whom), channels (how it travels) and the wrapper.
 
+``comms.wrap(env, topology, channel)`` makes any scenario share observations over a graph;
+agent-written messages (channel mode ``"message"``) come later.
+"""
+
+from comms.channel import MODES, STAT_NAMES, TRUNCATED_MARK, Channel, ChannelConfig, Delivery
 from comms.topology import (
     DEFAULT_K,
     DEFAULT_P,
@@ -11,6 +16,8 @@ from comms.topology import (
     neighbours,
     receivers,
 )
+from comms.wrapper import SECTION_HEADER, CommsWrapper, wrap
 
-__all__ = ["DEFAULT_K", "DEFAULT_P", "KINDS", "Topology", "build", "draw", "grid_shape", "neighbours",
-           "receivers"]
+__all__ = ["DEFAULT_K", "DEFAULT_P", "KINDS", "MODES", "SECTION_HEADER", "STAT_NAMES", "TRUNCATED_MARK",
+           "Channel", "ChannelConfig", "CommsWrapper", "Delivery", "Topology", "build", "draw", "grid_shape",
+           "neighbours", "receivers", "wrap"]

@@ -34,8 +34,8 @@ Kinds (n agents, index i means ``agent_ids[i]``):
 
 ``draw(graph, path)`` writes a PNG picture of a graph (to log to MLflow).
 
-Left out (they come later in ``comms/``): channels (shared observations, messages, drop / delay /
-noise, size limits) and the PettingZoo wrapper that applies a topology to a scenario.
+Left out: channels (drop / delay / noise, size limits: ``comms/channel.py``) and the PettingZoo
+wrapper that applies a topology to a scenario (``comms/wrapper.py``).
 """
 
 from __future__ import annotations

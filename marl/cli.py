@@ -78,12 +78,17 @@ def _scenarios() -> int:
     return 0
 
 
-def _train(argv: list[str]) -> int:
+def parse_train_args(argv: list[str]) -> TrainConfig:
+    """`marl train` flags over the YAML file of `--config` (if any) over the dataclass defaults."""
     finder = argparse.ArgumentParser(add_help=False)
     finder.add_argument("--config")
     known, _ = finder.parse_known_args(argv)  # both `--config FILE` and `--config=FILE`
     default = load_yaml(known.config) if known.config else TrainConfig()
-    cfg = tyro.cli(TrainConfig, default=default, args=argv, prog="marl train")
+    return tyro.cli(TrainConfig, default=default, args=argv, prog="marl train")
+
+
+def _train(argv: list[str]) -> int:
+    cfg = parse_train_args(argv)
     from marl.train import train
 
     train(cfg)

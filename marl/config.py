@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,8 +138,9 @@ class TrainConfig:
     """Folder for checkpoints and the tokenizer cache."""
     config: str | None = None
     """Optional YAML file with the same fields; command-line flags override it."""
-    scenario_options: dict[str, Any] = field(default_factory=dict)
-    """Extra scenario options passed to `scenarios.make` (from YAML)."""
+    # No flag: tyro cannot parse `dict[str, Any]` from the command line; YAML is the one way to set it.
+    scenario_options: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
+    """Extra scenario options passed to `scenarios.make` (YAML only, e.g. `train_mix: [1, 0, 0]`)."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sft: WarmStartConfig = field(default_factory=WarmStartConfig)
     rl: RLConfig = field(default_factory=RLConfig)
@@ -234,7 +236,8 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
 def _coerce(value: Any, hint: Any, name: str) -> Any:
     """YAML reads `1e-4` as a string (it wants `1.0e-4`): convert scalars to the field's type."""
     scalars = (int, float, bool, str)
-    kinds = [hint] if hint in scalars else [t for t in typing.get_args(hint) if t in scalars]
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)  # `float | None`, not `dict[str, Any]`
+    kinds = [hint] if hint in scalars else [t for t in typing.get_args(hint) if t in scalars] if union else []
     if value is None or not kinds or type(value) in kinds:
         return value
     kind = kinds[0]

@@ -80,3 +80,14 @@ def test_scenario_settings_are_checked_before_the_run(mutate, message):
     mutate(cfg)
     with pytest.raises(ConfigError, match=message):
         cfg.validate()
+
+
+def test_yaml_scenario_options_survive_the_command_line(tmp_path):
+    from marl.cli import parse_train_args
+
+    path = tmp_path / "c.yaml"
+    path.write_text("scenario: navigation\nagents: 3\nscenario_options:\n  settle: true\n  max_turns: 12\n")
+    cfg = parse_train_args(["--config", str(path), "--seed", "4"])
+    assert cfg.scenario_options == {"settle": True, "max_turns": 12}
+    assert (cfg.scenario, cfg.agents, cfg.seed) == ("navigation", 3, 4)
+    cfg.validate()  # the options reach scenarios.make as a mapping

@@ -1,0 +1,204 @@
+"""The comms wrapper: ``wrap(env, topology, channel)`` shares observations between graph neighbours.
+
+It wraps any text scenario (a PettingZoo ``ParallelEnv`` whose observations are ``{"text": str}``)
+and returns a ``ParallelEnv`` with the same agents, the same space objects, the same ``state()``
+(the global state stays for the centralized critic) and the scenario's ``action_grammar``,
+``expert_action`` and ``entity_vocabulary``. What changes is each agent's observation text: after
+reset and after every step it gains a short section with what its in-neighbours shared::
+
+    <own observation>
+    team:
+    agent_1 (t=3) saw: posted Paris / board: empty | did: {"tool": "read_board", "args": {}}
+
+A sender shares its observation text of that step (newlines shown as `` / ``) and the action it
+took to get there (none at reset). Only agents still in ``env.agents`` send; items reach their
+receivers through the ``Channel`` (size cap, drop, delay, noise; see ``comms/channel.py``). An
+observation never holds anything from an agent that is not one of its in-neighbours
+(decentralized execution). The observation stays inside its ``Text`` space: the own text is kept
+whole and the team section is cut (with a marker) to the room left, or to ``total_chars``. When
+the scenario has ``note_seen(agent, text)`` (``info_split``), the wrapper calls it with each
+delivered text, so the receiver's grammar admits the entities it saw.
+
+The graph is rebuilt at every reset for the scenario's ``possible_agents`` (the team size may
+change between environments of a curriculum); ``topology_graph`` exposes it, ``stats()`` the
+channel's cumulative counts as ``comms/...`` metrics.
+
+Left out: agent-written messages (``mode="message"``), marl CLI flags and MLflow logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+from pettingzoo import ParallelEnv
+
+from comms.channel import Channel, ChannelConfig, cut
+from comms.topology import Topology, build, neighbours, receivers
+
+SECTION_HEADER = "\nteam:"
+
+
+def _within(text: str, allowed: frozenset[str]) -> str:
+    """``text`` with characters outside the Text space's charset replaced by ``?`` (dropped if ``?`` is not allowed)."""
+    bad = "?" if "?" in allowed else ""
+    return "".join(c if c in allowed else bad for c in text)
+
+
+def _one_line(text: str) -> str:
+    return " / ".join(part for part in text.replace("\r", "\n").splitlines() if part.strip()) or "(empty)"
+
+
+class CommsWrapper(ParallelEnv):
+    """A scenario whose observations also show what graph neighbours shared (see the module docstring)."""
+
+    def __init__(self, env: ParallelEnv, topology: Topology | str | nx.Graph = "full",
+                 channel: ChannelConfig | None = None):
+        if not isinstance(env, ParallelEnv):
+            raise ValueError(f"comms.wrap needs a PettingZoo ParallelEnv (e.g. scenarios.make(...)), "
+                             f"got {type(env).__name__}")
+        if channel is None:
+            channel = ChannelConfig()
+        if not isinstance(channel, ChannelConfig):
+            raise ValueError(f"channel must be a comms.ChannelConfig, got {type(channel).__name__}")
+        if isinstance(topology, str):
+            topology = Topology.parse(topology)
+        elif isinstance(topology, nx.Graph):
+            topology = Topology.from_graph(topology)
+        elif not isinstance(topology, Topology):
+            raise ValueError("topology must be a Topology, a spec string like 'ring' or a networkx graph, "
+                             f"got {type(topology).__name__}")
+        self.env = env
+        self.topology = topology
+        self.channel_config = channel
+        self.channel = Channel(channel)
+        self.metadata = dict(getattr(env, "metadata", {}))
+        self.render_mode = getattr(env, "render_mode", None)
+        if hasattr(env, "state_space"):
+            self.state_space = env.state_space
+        self._text_space = {a: self._space_of(a) for a in env.possible_agents}
+        self.topology_graph: nx.Graph = build(topology, list(env.possible_agents))
+        self._step = 0
+
+    # ----- delegated -----
+    @property
+    def possible_agents(self) -> list[str]:  # type: ignore[override]
+        return self.env.possible_agents
+
+    @property
+    def agents(self) -> list[str]:  # type: ignore[override]
+        return self.env.agents
+
+    @property
+    def unwrapped(self) -> ParallelEnv:
+        return self.env.unwrapped
+
+    def observation_space(self, agent: str) -> Any:
+        return self.env.observation_space(agent)
+
+    def action_space(self, agent: str) -> Any:
+        return self.env.action_space(agent)
+
+    def state(self) -> Any:
+        return self.env.state()
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def action_grammar(self, agent: str) -> Any:
+        return self.env.action_grammar(agent)
+
+    def expert_action(self, agent: str) -> str:
+        return self.env.expert_action(agent)
+
+    def entity_vocabulary(self) -> list[str]:
+        return self.env.entity_vocabulary()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "env":
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        return getattr(self.env, name)
+
+    # ----- comms -----
+    def stats(self) -> dict[str, float]:
+        """The channel's cumulative counts: ``comms/sent``, ``comms/delivered``, ``comms/dropped``, ..."""
+        return self.channel.stats()
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        obs, infos = self.env.reset(seed=seed, options=options)
+        self.topology_graph = build(self.topology, list(self.env.possible_agents))
+        self._text_space = {a: self._space_of(a) for a in self.env.possible_agents}
+        self.channel.reset(seed)
+        self._step = 0
+        return self._share(obs, {}), infos
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rewards, terms, truncs, infos = self.env.step(actions)
+        self._step += 1
+        return self._share(obs, actions), rewards, terms, truncs, infos
+
+    def _space_of(self, agent: str) -> tuple[int, frozenset[str]]:
+        space = self.env.observation_space(agent)
+        spaces = getattr(space, "spaces", None)
+        text = spaces.get("text") if isinstance(spaces, Mapping) else None
+        # duck-typed gymnasium Text (comms does not import gymnasium): a length cap and a charset
+        if not (isinstance(getattr(text, "max_length", None), int) and hasattr(text, "character_set")):
+            raise ValueError(f"comms.wrap needs observations {{'text': Text}}; {agent!r} has {space!r}. "
+                             "Wrap a text scenario (scenarios.make(...))")
+        return int(text.max_length), frozenset(text.character_set)
+
+    def _share(self, obs: dict[str, Any], actions: dict[str, Any]) -> dict[str, Any]:
+        graph, step = self.topology_graph, self._step
+        live = set(self.env.agents)
+        for sender in self.env.possible_agents:  # fixed order: the fault draws replay exactly
+            if sender not in live or sender not in obs:
+                continue  # agents that left stop sending
+            item = f"saw: {_one_line(str(obs[sender]['text']))}"
+            if sender in actions:
+                action = actions[sender]
+                item += f" | did: {_one_line(action if isinstance(action, str) else repr(action))}"
+            targets = [r for r in receivers(graph, sender) if r in obs]
+            self.channel.send(step, sender, targets, item)
+        arrived = self.channel.deliver(step, set(obs))
+        note = getattr(self.env, "note_seen", None)
+        out = {}
+        for agent, ob in obs.items():
+            items = [d for d in arrived.get(agent, []) if graph.has_node(d.sender)
+                     and d.sender in neighbours(graph, agent)]  # guard: never show a non-neighbour
+            if not items:
+                out[agent] = ob
+                continue
+            lines = [f"{d.sender} (t={d.sent_step}) {d.text}" for d in items]
+            if callable(note):
+                for line in lines:
+                    note(agent, line)
+            out[agent] = {**ob, "text": self._compose(agent, str(ob["text"]), lines)}
+        return out
+
+    def _compose(self, agent: str, own: str, lines: list[str]) -> str:
+        limit, allowed = self._text_space.get(agent) or self._space_of(agent)
+        room = limit - len(own)
+        if self.channel_config.total_chars is not None:
+            room = min(room, self.channel_config.total_chars)
+        section = _within("\n".join([SECTION_HEADER, *lines]), allowed)
+        if room <= len(SECTION_HEADER):
+            return own  # no room for the section: the agent's own observation comes first
+        return own + cut(section, room)
+
+
+def wrap(env: ParallelEnv, topology: Topology | str | nx.Graph = "full",
+         channel: ChannelConfig | None = None) -> CommsWrapper:
+    """Wrap ``env`` so each agent's observation shows what its in-neighbours in ``topology`` shared.
+
+    ``topology``: a ``Topology``, a spec string (``"full"``, ``"ring"``, ``"random:p=0.3"``) or a
+    networkx graph over agent ids or indices. ``channel``: a ``ChannelConfig`` (default: lossless,
+    no delay, 512 characters per item).
+    """
+    return CommsWrapper(env, topology=topology, channel=channel)
+
+
+__all__ = ["SECTION_HEADER", "CommsWrapper", "wrap"]
