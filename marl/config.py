@@ -99,6 +99,24 @@ class RLConfig:
 
 
 @dataclass
+class CommsConfig:
+    """Who shares observations with whom during rollouts (`comms.wrap`); `none` leaves the scenario as is."""
+
+    topology: str = "none"
+    """`none`, or a topology spec: full, empty, ring, line, star, grid, random:p=0.3,seed=1, small_world:k=4,p=0.1."""
+    drop: float = 0.0
+    """Probability that a shared item is lost on its way."""
+    delay: int = 0
+    """Steps a shared item takes to arrive."""
+    noise: float = 0.0
+    """Probability that each character of a shared item is corrupted."""
+    budget_chars: int = 0
+    """Characters kept per shared item (0: an even share of the observation, 2048 / agents)."""
+    seed: int = 0
+    """Seed of the channel's faults (with the episode seed: identical seeds replay exactly)."""
+
+
+@dataclass
 class TrackingConfig:
     """MLflow tracking."""
 
@@ -144,8 +162,17 @@ class TrainConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sft: WarmStartConfig = field(default_factory=WarmStartConfig)
     rl: RLConfig = field(default_factory=RLConfig)
+    comms: CommsConfig = field(default_factory=CommsConfig)
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
     """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
+
+    def comms_channel(self) -> Any:
+        """The `comms.ChannelConfig` of `comms.*` (the budget resolved for the agent count)."""
+        from comms import ChannelConfig
+
+        c = self.comms
+        budget = c.budget_chars or max(64, 2048 // max(self.agents or 1, 1))
+        return ChannelConfig(drop=c.drop, delay=c.delay, noise=c.noise, budget_chars=budget, seed=c.seed)
 
     def validate(self) -> TrainConfig:
         """Check every field; raise ConfigError naming the field and the fix."""
@@ -170,6 +197,12 @@ class TrainConfig:
             scenarios.make(self.scenario, n_agents=self.agents, **self.scenario_options)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"scenario_options for {self.scenario}: {err}") from err
+        if self.comms.topology != "none":
+            try:
+                self.comms_channel()
+                comms_topology(self.comms.topology)
+            except ValueError as err:
+                raise ConfigError(f"comms: {err}") from err
         if self.policy.device != "auto" and not self.policy.device.startswith(("cpu", "cuda", "mps")):
             raise ConfigError(f"policy.device={self.policy.device!r}: use auto, cpu, cuda, cuda:N or mps")
         if self.algo != "grpo":
@@ -270,3 +303,10 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:
         else:
             out[f"{prefix}{f.name}"] = str(value)[:500]
     return out
+
+
+def comms_topology(spec: str) -> Any:
+    """The parsed `comms.Topology` of a `--comms.topology` string."""
+    from comms import Topology
+
+    return Topology.parse(spec)

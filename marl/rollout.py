@@ -86,6 +86,11 @@ class RolloutWorker:
         self.chat = chat
         self._pool: list[Any] = []
 
+    @property
+    def envs(self) -> list[Any]:
+        """Every environment the worker has built so far (for statistics that live in the envs)."""
+        return list(self._pool)
+
     def _envs(self, n: int) -> list[Any]:
         while len(self._pool) < n:
             self._pool.append(self.make_env())

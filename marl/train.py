@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+import comms
 import scenarios
 from marl.advantages import group_advantages
 from marl.checkpoint import save_checkpoint
@@ -51,7 +52,39 @@ def seed_everything(seed: int) -> None:
 
 
 def make_env_factory(cfg: TrainConfig, split: str) -> Any:
-    return partial(scenarios.make, cfg.scenario, n_agents=cfg.agents, split=split, **cfg.scenario_options)
+    make = partial(scenarios.make, cfg.scenario, n_agents=cfg.agents, split=split, **cfg.scenario_options)
+    if cfg.comms.topology == "none":
+        return make
+    return partial(_shared_env, make, cfg.comms.topology, cfg.comms_channel())
+
+
+def _shared_env(make: Any, topology: str, channel: Any) -> Any:
+    # A top-level function (not a lambda) so the factory pickles, as rollout workers may need.
+    return comms.wrap(make(), topology=topology, channel=channel)
+
+
+def comms_metrics(worker: RolloutWorker) -> dict[str, float]:
+    """Message statistics summed over the worker's envs (cumulative counts; empty without comms)."""
+    totals: dict[str, float] = {}
+    for env in worker.envs:
+        stats = getattr(env, "stats", None)
+        if callable(stats):
+            for k, v in stats().items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+    if totals.get("comms/sent"):
+        totals["comms/drop_rate"] = totals.get("comms/dropped", 0.0) / totals["comms/sent"]
+    return totals
+
+
+def log_topology(cfg: TrainConfig, tr: Tracker, make_env: Any, out_dir: Path) -> None:
+    """The communication graph as a PNG artifact and its spec as a tag (nothing without comms)."""
+    if cfg.comms.topology == "none":
+        return
+    env = make_env()
+    env.reset(seed=0)
+    path = comms.draw(env.topology_graph, out_dir / "topology.png", title=cfg.comms.topology)
+    tr.log_artifacts(path.parent, "comms")
+    tr.set_tags({"comms.topology": cfg.comms.topology})
 
 
 def train_seeds(rng: np.random.Generator, n: int) -> list[int]:
@@ -106,6 +139,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         worker = RolloutWorker(make_env, policy, chat)
         tr.log_params({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer)),
                        "device": str(model.device)})
+        log_topology(cfg, tr, make_env, out_root / tr.run_id / "comms")
         print(f"run_id: {tr.run_id} ({run_name}); model {count_parameters(model):,} params, vocab {len(tokenizer)}",
               flush=True)
         if cfg.sft.seconds > 0:
@@ -171,6 +205,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any
         metrics["curriculum/n_agents"] = float(cfg.agents)
         metrics["curriculum/stage"] = 0.0
         metrics["perf/elapsed_s"] = time.perf_counter() - start
+        metrics.update(comms_metrics(worker))
         tr.log_metrics(metrics, step=it)
         bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")
         if time.perf_counter() - start >= cfg.rl.seconds:

@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import scenarios
-from marl.config import TrainConfig
+from marl.config import ConfigError, TrainConfig
 from marl.train import train
 
 CASES = [("navigation", 3), ("predator_prey", 4), ("repeated_game", 3), ("bargaining", 5), ("info_split", 3),
@@ -41,3 +41,36 @@ def test_scenario_trains_end_to_end(tmp_path, name, n_agents):
     assert metrics["curriculum/n_agents"] == n_agents
     assert run.data.params["agents"] == str(n_agents)
     assert (result.checkpoint / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_training_with_shared_observations_logs_the_graph_and_message_stats(tmp_path):
+    cfg = TrainConfig(scenario="info_split", agents=3, iterations=2, eval_episodes=2, output_dir=str(tmp_path / "runs"))
+    cfg.sft.seconds, cfg.sft.episodes, cfg.sft.batch_size = 2.0, 16, 4
+    cfg.policy.tokenizer_episodes = 40
+    cfg.rl.tasks_per_iteration, cfg.rl.group_size = 2, 2
+    cfg.comms.topology, cfg.comms.drop = "ring", 0.3
+    cfg.tracking.tracking_uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg.tracking.artifact_location = str(tmp_path / "mlruns")
+
+    result = train(cfg)
+
+    client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["comms.topology"] == "ring"
+    assert run.data.params["comms.topology"] == "ring"
+    assert {a.path for a in client.list_artifacts(result.run_id, "comms")} == {"comms/topology.png"}
+    sent = run.data.metrics["comms/sent"]
+    assert sent > 0 and run.data.metrics["comms/delivered"] < sent  # 30% drop
+    assert 0.0 < run.data.metrics["comms/drop_rate"] < 1.0
+
+
+def test_a_bad_comms_setting_says_what_to_change():
+    cfg = TrainConfig(scenario="info_split", agents=3)
+    cfg.comms.topology = "hexagon"
+    with pytest.raises(ConfigError, match="comms"):
+        cfg.validate()
+    cfg.comms.topology, cfg.comms.drop = "ring", 1.5
+    with pytest.raises(ConfigError, match="drop"):
+        cfg.validate()
