@@ -48,6 +48,14 @@ class EvalArgs:
     """Agent count (default: the checkpoint's, else 1)."""
     greedy: bool = True
     """Greedy decoding (sampled at the policy temperature otherwise)."""
+    comms_topology: str | None = None
+    """Observation sharing during evaluation (default: the checkpoint's; `none` turns it off)."""
+    comms_drop: float | None = None
+    """Message drop probability during evaluation (default: the checkpoint's)."""
+    comms_delay: int | None = None
+    """Message delay in steps during evaluation (default: the checkpoint's)."""
+    comms_noise: float | None = None
+    """Per-character corruption probability during evaluation (default: the checkpoint's)."""
     model: str = "tiny-moe"
     """Model preset for `--policy untrained`."""
     output_dir: str = "runs"

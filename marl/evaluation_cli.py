@@ -16,7 +16,7 @@ import numpy as np
 
 import scenarios
 from marl.checkpoint import read_meta
-from marl.config import ConfigError, TrainConfig
+from marl.config import CommsConfig, ConfigError, TrainConfig, comms_topology
 from marl.evaluate import evaluate
 from marl.rollout import RolloutWorker, expert_actor
 from policies.random_policy import RandomPolicy
@@ -85,12 +85,37 @@ def run_eval(args: Any) -> dict[str, Any]:
         chat = ChatFormat(tokenizer)
 
     make_env = partial(scenarios.make, scenario, n_agents=agents, split=args.split, **options)
+    sharing = comms_settings(meta, args)
+    if sharing.topology != "none":
+        from marl.train import shared_env
+
+        try:
+            channel = TrainConfig(scenario=scenario, agents=agents, comms=sharing).comms_channel()
+            comms_topology(sharing.topology)
+        except ValueError as err:
+            raise ConfigError(f"--comms-*: {err}") from err
+        make_env = partial(shared_env, make_env, sharing.topology, channel)
     seeds = list(make_env().eval_seeds(args.split, args.episodes))
     worker = RolloutWorker(make_env, policy, chat)
     figures, _ = evaluate(worker, seeds, greedy=args.greedy, sample_seed=args.seed, actor=actor)
     out: dict[str, Any] = {"scenario": scenario, "split": args.split, "policy": args.policy,
                            "agents": agents, "greedy": args.greedy, **figures}
-    out["episodes"] = int(figures["episodes"])
+    if sharing.topology != "none":
+        out.update({"comms_topology": sharing.topology, "comms_drop": sharing.drop, "comms_delay": sharing.delay,
+                    "comms_noise": sharing.noise})
+    # `episodes` counts played seeds (what --episodes asked for); rates are over agent-episodes.
+    out["episodes"] = len(seeds)
+    out["agent_episodes"] = int(figures["episodes"])
     if args.checkpoint:
         out["checkpoint"] = str(args.checkpoint)
     return out
+
+
+def comms_settings(meta: dict[str, Any], args: Any) -> CommsConfig:
+    """The checkpoint's observation sharing, with any `--comms-*` flag of `marl eval` on top."""
+    sharing = CommsConfig(**meta.get("comms", {}))
+    for name in ("topology", "drop", "delay", "noise"):
+        value = getattr(args, f"comms_{name}", None)
+        if value is not None:
+            setattr(sharing, name, value)
+    return sharing

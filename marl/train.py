@@ -8,6 +8,7 @@ advantages, learner, SFT, tracking, checkpoint) live in their own modules.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -55,10 +56,10 @@ def make_env_factory(cfg: TrainConfig, split: str) -> Any:
     make = partial(scenarios.make, cfg.scenario, n_agents=cfg.agents, split=split, **cfg.scenario_options)
     if cfg.comms.topology == "none":
         return make
-    return partial(_shared_env, make, cfg.comms.topology, cfg.comms_channel())
+    return partial(shared_env, make, cfg.comms.topology, cfg.comms_channel())
 
 
-def _shared_env(make: Any, topology: str, channel: Any) -> Any:
+def shared_env(make: Any, topology: str, channel: Any) -> Any:
     # A top-level function (not a lambda) so the factory pickles, as rollout workers may need.
     return comms.wrap(make(), topology=topology, channel=channel)
 
@@ -150,6 +151,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         meta = {"scenario": cfg.scenario, "agents": cfg.agents, "run_id": tr.run_id, "seed": cfg.seed,
                 "iteration": last_iteration, "scenario_options": cfg.scenario_options,
+                "comms": dataclasses.asdict(cfg.comms),
                 "policy": flatten(cfg.policy), "constrained": cfg.policy.constrained,
                 "max_new_tokens": cfg.policy.max_new_tokens, "temperature": cfg.policy.temperature}
         save_checkpoint(ckpt_dir, model, tokenizer, meta)

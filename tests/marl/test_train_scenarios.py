@@ -6,11 +6,15 @@ plumbing a user relies on (a FINISHED run, one `agent/<id>/return` per agent, ev
 every non-training split, a checkpoint that records the agent count), not learning.
 """
 
+import dataclasses
+
 import pytest
 from mlflow.tracking import MlflowClient
 
 import scenarios
+from marl.cli import EvalArgs
 from marl.config import ConfigError, TrainConfig
+from marl.evaluation_cli import run_eval
 from marl.train import train
 
 CASES = [("navigation", 3), ("predator_prey", 4), ("repeated_game", 3), ("bargaining", 5), ("info_split", 3),
@@ -64,6 +68,17 @@ def test_training_with_shared_observations_logs_the_graph_and_message_stats(tmp_
     sent = run.data.metrics["comms/sent"]
     assert sent > 0 and run.data.metrics["comms/delivered"] < sent  # 30% drop
     assert 0.0 < run.data.metrics["comms/drop_rate"] < 1.0
+
+    # The checkpoint carries its sharing; `marl eval` can also evaluate under another channel.
+    base = EvalArgs(checkpoint=str(result.checkpoint), split="basic", episodes=3)
+    same = run_eval(base)
+    assert (same["comms_topology"], same["comms_drop"]) == ("ring", 0.3)
+    lossless = run_eval(dataclasses.replace(base, comms_drop=0.0))
+    assert lossless["comms_drop"] == 0.0 and lossless["episodes"] == 3
+    alone = run_eval(dataclasses.replace(base, comms_topology="none"))
+    assert "comms_topology" not in alone
+    with pytest.raises(ConfigError, match="drop"):
+        run_eval(dataclasses.replace(base, comms_drop=2.0))
 
 
 def test_a_bad_comms_setting_says_what_to_change():
