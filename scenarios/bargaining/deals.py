@@ -13,16 +13,15 @@ It leaves out turns, rewards (``env.py``) and the scripted negotiator (``expert.
 
 from __future__ import annotations
 
-import json
-import string
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from scenarios.json_action import json_type, read_json_object
+
 ITEMS = ("book", "hat", "ball", "lamp")
 ACTS = ("offer", "accept", "reject", "wait", "leave")
-_PRINTABLE = frozenset(string.printable)
 Alloc = tuple[tuple[int, ...], ...]
 
 
@@ -102,23 +101,14 @@ def parse_offer(text: str, pool: Pool, live: tuple[bool, ...]) -> tuple[Alloc | 
 def parse_act(action: object, max_chars: int) -> tuple[str | None, str, str | None]:
     """Return ``(act, argument, None)`` for a well-formed action, else ``(None, "", reason)``; never raises."""
     fmt = '{"offer": "<groups>"}, {"accept": ""}, {"reject": ""}, {"wait": ""}'
-    if not isinstance(action, str):
-        return None, "", f"the action must be text: one JSON object, {fmt}"
-    if len(action) > max_chars:
-        return None, "", f"the action has {len(action)} characters; the limit is {max_chars}"
-    if not set(action) <= _PRINTABLE:
-        return None, "", "the action must be printable ASCII"
-    try:
-        obj = json.loads(action)
-    except (ValueError, RecursionError):
-        return None, "", f"not valid JSON; write one of {fmt}"
-    if not isinstance(obj, dict):
-        return None, "", f"the action must be a JSON object, not a JSON {type(obj).__name__}"
+    obj, reason = read_json_object(action, max_chars, fmt)
+    if obj is None:
+        return None, "", reason
     if len(obj) != 1 or next(iter(obj)) not in ACTS:
         return None, "", f"use exactly one key out of {', '.join(ACTS)}; got {[str(k)[:20] for k in obj][:4]}"
     act, arg = next(iter(obj.items()))
     if not isinstance(arg, str):
-        return None, "", f"the value of {act} must be a string, not a JSON {type(arg).__name__}"
+        return None, "", f"the value of {act} must be a string, not a JSON {json_type(arg)}"
     if act != "offer" and arg != "":
         return None, "", f'write {{"{act}": ""}} with an empty string'
     return act, arg, None

@@ -39,7 +39,7 @@ class Board:
     def __post_init__(self) -> None:
         if not 2 <= self.size <= MAX_SIZE:
             raise ValueError(f"board size must be in [2, {MAX_SIZE}] (cell tokens hold one digit each), got {self.size}")
-        self.dist = _distances(self.size, self.walls)
+        self.dist = distances(self.size, self.walls)
         self.free = np.array(self.free_cells(), dtype=np.int64)
         self.dist_free = self.dist[:, self.free]  # distances to free cells only
         # Experts ask for moves hundreds of times a turn: a table beats recomputing them.
@@ -82,7 +82,7 @@ class Board:
         return bool(free) and bool((self.dist[free[0], free] < _FAR).all())
 
 
-def _distances(size: int, walls: frozenset[int]) -> np.ndarray:
+def distances(size: int, walls: frozenset[int]) -> np.ndarray:
     # Floyd-Warshall on at most 64 cells: vectorized, well under a millisecond.
     n = size * size
     dist = np.full((n, n), _FAR, dtype=np.int64)

@@ -12,11 +12,11 @@ It leaves out rewards and observations (the scenario modules).
 from __future__ import annotations
 
 import json
-import string
 from collections.abc import Iterable
 
+from scenarios.json_action import read_json_object
+
 FORMAT = '{"move": "up|down|left|right|stay"}'
-_PRINTABLE = frozenset(string.printable)
 
 
 def move_text(move: str) -> str:
@@ -26,20 +26,9 @@ def move_text(move: str) -> str:
 
 def parse_move(action: object, legal: tuple[str, ...], where: str, max_chars: int) -> tuple[str | None, str | None]:
     """Return ``(move, None)`` for a valid action, else ``(None, reason)``; ``legal``: the moves allowed from ``where``."""
-    if not isinstance(action, str):
-        return None, f"the action must be text: one JSON object {FORMAT}"
-    if len(action) > max_chars:
-        return None, f"the action has {len(action)} characters; the limit is {max_chars}"
-    if not set(action) <= _PRINTABLE:
-        return None, "the action must be printable ASCII"
-    if not action.strip():
-        return None, f"empty action; write one JSON object {FORMAT}"
-    try:
-        obj = json.loads(action)
-    except (ValueError, RecursionError):
-        return None, f"not valid JSON; write one JSON object {FORMAT}"
-    if not isinstance(obj, dict):
-        return None, f"the action must be a JSON object, not a JSON {type(obj).__name__}: {FORMAT}"
+    obj, reason = read_json_object(action, max_chars, FORMAT)
+    if obj is None:
+        return None, reason
     if set(obj) != {"move"}:
         return None, f"wrong keys {sorted(k[:20] for k in obj)}; use exactly {FORMAT}"
     move = obj["move"]

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from scenarios.base import StepOutcome
-from scenarios.grid.board import MOVES, _distances, assign, random_board
+from scenarios.grid.board import MOVES, assign, distances, random_board
 from scenarios.grid.common import GridOptions, GridScenario
 from scenarios.grid.moves import plan_moves, resolve_moves
 
@@ -185,7 +185,7 @@ class NavigationEnv(GridScenario):
         dist, landmarks = self.board.dist, self.landmarks
         settled = frozenset(self.pos[a] for a in self.possible_agents if a not in live)
         if settled:  # settled agents are walls now, and their landmarks are taken
-            dist = _distances(self.board.size, self.board.walls | settled)
+            dist = distances(self.board.size, self.board.walls | settled)
             landmarks = [lm for lm in landmarks if lm not in settled]
         cells = [self.pos[a] for a in live]
         # Squared distances make the matching prefer two short trips to one long one; that

@@ -17,7 +17,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from scenarios.grammar import ActionGrammar, Part, Slot
-from scenarios.tool_use.actions import call_templates, json_type, read_json_object
+from scenarios.json_action import json_type, read_json_object
+from scenarios.tool_use.actions import call_templates
 from scenarios.tool_use.tasks import Call
 from scenarios.tool_use.tools import TOOLS
 from scenarios.tool_use.world import ENTITY_KINDS, KIND_OF, entity_vocabulary

@@ -54,7 +54,6 @@ noisy one in about 0.86. Expert against expert (self pairing) draws every three-
 from __future__ import annotations
 
 import json
-import string
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +61,7 @@ import numpy as np
 
 from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Slot
+from scenarios.json_action import read_json_object
 from scenarios.repeated_game.expert import expert_move
 from scenarios.repeated_game.styles import (
     HELDOUT_STYLES,
@@ -75,7 +75,6 @@ from scenarios.repeated_game.styles import (
 
 SPLITS = ("train", "basic", "heldout", "hard")
 _SPLIT_CODE = {s: i for i, s in enumerate(SPLITS)}
-_PRINTABLE = frozenset(string.printable)
 _RESULT = {1: "won", -1: "lost", 0: "drew"}
 _RULE = {MOVES3: "each beats the one before it (rock beats scissors)",
          MOVES5: "each beats the one before it and the one two after it, cyclically"}
@@ -129,18 +128,9 @@ class _Side:
 def parse_move(action: object, moves: tuple[str, ...], max_chars: int) -> tuple[str | None, str | None]:
     """Return ``(move, None)`` for a well-formed action, else ``(None, reason)``; never raises."""
     fmt = '{"move": "<move>"}'
-    if not isinstance(action, str):
-        return None, f"the action must be text: one JSON object {fmt}"
-    if len(action) > max_chars:
-        return None, f"the action has {len(action)} characters; the limit is {max_chars}"
-    if not set(action) <= _PRINTABLE:
-        return None, "the action must be printable ASCII"
-    try:
-        obj = json.loads(action)
-    except (ValueError, RecursionError):
-        return None, f"not valid JSON; write {fmt}"
-    if not isinstance(obj, dict):
-        return None, f"the action must be a JSON object, not a JSON {type(obj).__name__}: {fmt}"
+    obj, reason = read_json_object(action, max_chars, fmt)
+    if obj is None:
+        return None, reason
     if set(obj) != {"move"}:
         return None, f"wrong keys {[str(k)[:20] for k in sorted(obj)][:4]}; use exactly {fmt}"
     move = obj["move"]

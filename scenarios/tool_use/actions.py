@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import itertools
 import json
-import string
 from collections.abc import Collection
 from dataclasses import dataclass
 
 from scenarios.grammar import Part, Slot
+from scenarios.json_action import read_json_object
 from scenarios.tool_use.tasks import Call
 from scenarios.tool_use.tools import TOOLS, Param
 from scenarios.tool_use.world import ENTITY_KINDS
 
 FORMATS = '{"tool": "<name>", "args": {"<param>": "<value>"}} or {"answer": "<value>"}'
-_PRINTABLE = frozenset(string.printable)
 
 
 @dataclass(frozen=True)
@@ -37,35 +36,6 @@ def _valid_values(kind: str) -> str:
     if len(values) <= 16:
         return ", ".join(values)
     return f"a {kind} entity like {values[0]} (from the task text or a tool result)"
-
-
-def json_type(value: object) -> str:
-    """JSON's name for a decoded value's type (what an agent wrote, in its own terms)."""
-    names = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
-    return names.get(type(value), "null")
-
-
-def read_json_object(action: object, max_chars: int, formats: str) -> tuple[dict | None, str | None]:
-    """``(object, None)`` when ``action`` is text holding one JSON object, else ``(None, reason)``.
-
-    The checks every JSON-action scenario shares: text, length, printable ASCII, non-empty, valid
-    JSON, an object. ``formats`` (the valid shapes) goes into each reason so the agent can fix it.
-    """
-    if not isinstance(action, str):
-        return None, f"the action must be text: one JSON object, {formats}"
-    if len(action) > max_chars:
-        return None, f"the action has {len(action)} characters; the limit is {max_chars}"
-    if not set(action) <= _PRINTABLE:
-        return None, "the action must be printable ASCII"
-    if not action.strip():
-        return None, f"empty action; write one JSON object: {formats}"
-    try:
-        obj = json.loads(action)
-    except (ValueError, RecursionError):
-        return None, f"not valid JSON; write one JSON object: {formats}"
-    if not isinstance(obj, dict):
-        return None, f"the action must be a JSON object, not a JSON {json_type(obj)}: {formats}"
-    return obj, None
 
 
 def parse_action(action: object, tools: tuple[str, ...], done: Collection[Call],
