@@ -1,25 +1,36 @@
-"""Advantage estimators. Today: the critic-free group baseline (GRPO-style).
+"""Advantage estimators: per-turn advantages (and value targets) for every turn of a rollout batch.
 
-Episodes that share a task seed and an agent id form a group; an episode's advantage is its return
-minus the group mean, divided by the group std. Normalizing inside (seed, agent) groups is
-normalizing per agent, never across all agents at once (that causes gradient spikes, Dr. MAS).
+- `group_advantages` (critic-free, `grpo`): episodes that share a task seed and an agent id form a
+  group; an episode's advantage is its return minus the group mean over the group std, given to
+  every one of its turns. Groups with zero variance carry no signal: dropped and counted.
+- `RunningBaseline` (critic-free, competitive self-play): a running mean and variance of returns
+  per role across iterations, for when the same seed's rollouts are not comparable (the opponent
+  is learning too) or there is one rollout per seed.
+- `gae_advantages` (`mappo`, `ippo`): generalized advantage estimation over each agent's own turns
+  from a critic's values, then normalized per agent (or per role).
 
-Endings (DESIGN.md): `success`/`failure` count with their return; `max_turns` counts with the
-reward earned so far (running out of turns is the agent's doing, and a critic-free baseline has no
-value to bootstrap from); `timeout`/`error` are harness faults: excluded from the loss and from the
-group statistics. Groups whose remaining returns have zero variance carry no signal: dropped and
-counted. Per-turn GAE with a critic (mappo/ippo) is left for the critic-based learner.
+Normalization is always within an agent (or role), never across all agents at once (that causes
+gradient spikes, Dr. MAS). Endings (DESIGN.md): `success`/`failure` are terminal (the value after
+the last turn is 0); `max_turns` is a truncation: GAE bootstraps from the critic's value of the
+state the agent was left in, while the critic-free baselines count it with the reward earned so
+far (running out of turns is the agent's doing and there is no value to bootstrap from);
+`timeout`/`error` are harness faults: every turn of such an episode is out of the loss, of the
+group statistics and of the normalization, and counted. Agents that finished early simply have no
+turns after their end, so nothing of theirs is padded into later steps (the active mask is the
+turn list itself).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from marl.rollout import HARNESS_FAULTS, Episode
+from marl.rollout import HARNESS_FAULTS, Episode, RolloutBatch
+
+TERMINAL_REASONS = frozenset({"success", "failure"})
 
 
 @dataclass
@@ -31,6 +42,27 @@ class GroupAdvantages:
     groups: int
     zero_variance_groups: int
     harness_faults: int
+
+
+@dataclass
+class Advantages:
+    """Per-turn advantages (indexed like `batch.turns`), the turns in the loss, and value targets."""
+
+    advantages: np.ndarray
+    include: np.ndarray
+    returns: np.ndarray | None = None
+    """Value targets per turn (critic-based algorithms only)."""
+    groups: int = 0
+    zero_variance_groups: int = 0
+    harness_faults: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        """The counts as `rollout/*` metrics."""
+        out = {"rollout/harness_fault_episodes": float(self.harness_faults),
+               "rollout/turns_in_loss": float(self.include.sum())}
+        if self.groups:
+            out["rollout/zero_variance_group_frac"] = self.zero_variance_groups / self.groups
+        return out
 
 
 def group_advantages(episodes: Sequence[Episode], eps: float = 1e-6) -> GroupAdvantages:
@@ -54,3 +86,118 @@ def group_advantages(episodes: Sequence[Episode], eps: float = 1e-6) -> GroupAdv
         include[idxs] = True
     return GroupAdvantages(advantages=adv, include=include, groups=len(members),
                            zero_variance_groups=zero, harness_faults=faults)
+
+
+def per_turn(batch: RolloutBatch, episode_adv: GroupAdvantages) -> Advantages:
+    """Give each turn its episode's advantage (critic-free estimators credit the whole episode)."""
+    n = len(batch.turns)
+    adv = np.zeros(n, dtype=np.float64)
+    include = np.zeros(n, dtype=bool)
+    for e, ep in enumerate(batch.episodes):
+        for i in ep.turns:
+            adv[i] = episode_adv.advantages[e]
+            include[i] = bool(episode_adv.include[e])
+    return Advantages(advantages=adv, include=include, groups=episode_adv.groups,
+                      zero_variance_groups=episode_adv.zero_variance_groups,
+                      harness_faults=episode_adv.harness_faults)
+
+
+class RunningBaseline:
+    """Per-role exponential moving mean and variance of episode returns, carried across iterations."""
+
+    def __init__(self, momentum: float = 0.9) -> None:
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum={momentum} must lie in [0, 1)")
+        self.momentum = momentum
+        self.mean: dict[str, float] = {}
+        self.var: dict[str, float] = {}
+
+    def __call__(self, episodes: Sequence[Episode], role_of: Callable[[str], str], eps: float = 1e-6) -> GroupAdvantages:
+        """Advantages against the baseline as it stood before this batch; then fold the batch in."""
+        adv = np.zeros(len(episodes), dtype=np.float64)
+        include = np.zeros(len(episodes), dtype=bool)
+        by_role: dict[str, list[int]] = defaultdict(list)
+        faults = 0
+        for idx, ep in enumerate(episodes):
+            if ep.reason in HARNESS_FAULTS:
+                faults += 1
+                continue
+            by_role[role_of(ep.agent)].append(idx)
+        for role, idxs in by_role.items():
+            returns = np.array([episodes[i].ret for i in idxs], dtype=np.float64)
+            if role not in self.mean:  # first sight of a role: the batch itself is the baseline
+                self.mean[role], self.var[role] = float(returns.mean()), float(returns.var())
+            adv[idxs] = (returns - self.mean[role]) / (np.sqrt(self.var[role]) + eps)
+            include[idxs] = True
+            m = self.momentum
+            batch_mean = float(returns.mean())
+            self.var[role] = m * self.var[role] + (1 - m) * float(((returns - self.mean[role]) ** 2).mean())
+            self.mean[role] = m * self.mean[role] + (1 - m) * batch_mean
+        return GroupAdvantages(advantages=adv, include=include, groups=0, zero_variance_groups=0,
+                               harness_faults=faults)
+
+
+def gae(rewards: Sequence[float], values: Sequence[float], bootstrap: float, gamma: float,
+        lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """GAE over one agent's turns: (advantages, value targets).
+
+    `values[t]` is the critic's value before turn t; `bootstrap` the value after the last turn
+    (0 when the episode terminated, the critic's value of the final state when it was truncated).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    if rewards.shape != values.shape:
+        raise ValueError(f"{len(rewards)} rewards but {len(values)} values")
+    adv = np.zeros_like(rewards)
+    running = 0.0
+    next_value = float(bootstrap)
+    for t in range(len(rewards) - 1, -1, -1):
+        delta = rewards[t] + gamma * next_value - values[t]
+        running = delta + gamma * lam * running
+        adv[t] = running
+        next_value = values[t]
+    return adv, adv + values
+
+
+def bootstrap_needed(ep: Episode) -> bool:
+    """Whether an episode's last turn is followed by a state whose value the critic must supply."""
+    return ep.reason not in TERMINAL_REASONS and ep.reason not in HARNESS_FAULTS
+
+
+def gae_advantages(
+    batch: RolloutBatch,
+    values: np.ndarray,
+    bootstrap: np.ndarray,
+    gamma: float,
+    lam: float,
+    normalize_key: Callable[[str], str] = lambda agent: agent,
+    eps: float = 1e-6,
+) -> Advantages:
+    """Per-turn GAE for every agent-episode, normalized within each `normalize_key(agent)`.
+
+    `values` is indexed like `batch.turns`; `bootstrap` like `batch.episodes` (read only for
+    episodes that were truncated, see `bootstrap_needed`).
+    """
+    n = len(batch.turns)
+    adv = np.zeros(n, dtype=np.float64)
+    returns = np.zeros(n, dtype=np.float64)
+    include = np.zeros(n, dtype=bool)
+    faults = 0
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for e, ep in enumerate(batch.episodes):
+        if ep.reason in HARNESS_FAULTS:
+            faults += 1
+            continue
+        if not ep.turns:
+            continue
+        idx = list(ep.turns)
+        tail = float(bootstrap[e]) if bootstrap_needed(ep) else 0.0
+        a, r = gae([batch.turns[i].reward for i in idx], values[idx], tail, gamma, lam)
+        adv[idx], returns[idx] = a, r
+        include[idx] = True
+        by_key[normalize_key(ep.agent)].extend(idx)
+    for idx in by_key.values():
+        block = adv[idx]
+        centered = block - block.mean()
+        adv[idx] = centered / (block.std() + eps) if len(idx) > 1 and block.std() > eps else centered
+    return Advantages(advantages=adv, include=include, returns=returns, harness_faults=faults)

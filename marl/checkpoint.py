@@ -23,18 +23,31 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be written or read; the message says why."""
 
 
-def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: dict[str, Any]) -> Path:
-    """Write model + tokenizer + metadata atomically to `path` and return it."""
+def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: dict[str, Any],
+                    extra_models: dict[str, Any] | None = None, critics: dict[str, Any] | None = None) -> Path:
+    """Write model + tokenizer + metadata atomically to `path` and return it.
+
+    `model` lies at the top of the folder (the shared policy, or the first of several). Further
+    policies of a policy mapping go to `policies/<id>/` (listed in the metadata under
+    `policies`), critics to `critics/<id>/`; all or nothing is written.
+    """
     path = Path(path)
-    for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise CheckpointError(f"refusing to checkpoint non-finite weights ({name}); the last good checkpoint is kept")
+    extra_models = extra_models or {}
+    for label, m in {"policy": model, **extra_models, **(critics or {})}.items():
+        for name, tensor in m.state_dict().items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise CheckpointError(f"refusing to checkpoint non-finite weights ({label}: {name}); "
+                                      "the last good checkpoint is kept")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     old = path.with_name(path.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    for pid, m in extra_models.items():
+        m.save_pretrained(tmp / "policies" / pid, safe_serialization=True)
+    for pid, critic in (critics or {}).items():
+        critic.save(tmp / "critics" / pid)
     (tmp / META_FILE).write_text(json.dumps({"format_version": FORMAT_VERSION, **meta}, indent=2, default=str))
     if path.exists():
         shutil.rmtree(old, ignore_errors=True)

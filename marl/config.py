@@ -5,7 +5,7 @@ whose help text is those docstrings. `validate()` runs at startup and raises `Co
 message that says which field to change. YAML files are read with `safe_load` into the same
 dataclasses; nothing is ever imported by a dotted path from a config.
 
-Left out for now: critic-based algorithms (`mappo`, `ippo`), communication and curriculum settings.
+Left out for now: curriculum settings.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class WarmStartConfig:
 
 @dataclass
 class RLConfig:
-    """On-policy RL: PPO-clip on the agent's own tokens with group-relative (GRPO-style) advantages."""
+    """On-policy RL: PPO-clip on the agent's own tokens; the advantages come from `algo`."""
 
     seconds: float = 180.0
     """Wall-clock budget of the RL phase; it stops at `iterations` or this, whichever comes first."""
@@ -86,6 +86,24 @@ class RLConfig:
     """Minibatches per epoch (the PPO ratio departs from 1 from the second minibatch on)."""
     clip_eps: float = 0.2
     """PPO clip range of the token-level importance ratio."""
+    ratio: str = "token"
+    """Importance ratio: `token` (PPO) or `sequence` (GSPO: one length-normalized ratio per action, steadier for MoE)."""
+    sequence_clip_eps: float = 0.0004
+    """Clip range of the sequence-level ratio (GSPO uses ranges this small)."""
+    gamma: float = 1.0
+    """Discount per turn in GAE (critic-based algorithms)."""
+    gae_lambda: float = 0.95
+    """GAE lambda (critic-based algorithms)."""
+    value_coef: float = 0.5
+    """Weight of the critic's value loss in the summed loss (critic-based algorithms)."""
+    baseline: str = "group"
+    """Critic-free baseline of `grpo`: `group` (rollouts of the same seed) or `running` (per-role running mean, for competitive self-play)."""
+    normalize_by: str = "agent"
+    """Advantages are normalized within each `agent` or each `role` (team), never across all agents."""
+    ptx_coef: float = 0.0
+    """Weight of a supervised loss on scripted-expert demonstrations during RL (PPO-ptx); 0 turns it off."""
+    ptx_batch_size: int = 16
+    """Demonstrations per step of the PPO-ptx loss."""
     kl_coef: float = 0.02
     """Initial coefficient of the KL penalty to the frozen reference (the warm-started policy)."""
     target_kl: float = 0.05
@@ -96,6 +114,16 @@ class RLConfig:
     """Gradient clipping threshold."""
     max_nonfinite_streak: int = 5
     """Abort after this many consecutive updates with a non-finite gradient (each one is skipped)."""
+
+
+@dataclass
+class CriticConfig:
+    """The value model of critic-based algorithms (`mappo`, `ippo`); unused by `grpo`."""
+
+    model: str = "tiny-critic"
+    """Critic trunk: a preset (`tiny-critic`, `small-critic`: dense, random init), a saved critic folder or an AutoModel id."""
+    learning_rate: float = 1e-3
+    """Adam learning rate of the critic."""
 
 
 @dataclass
@@ -145,7 +173,9 @@ class TrainConfig:
     seed: int = 0
     """Seed of models, sampling and training task draws."""
     algo: str = "grpo"
-    """RL algorithm (`grpo`: critic-free group baseline)."""
+    """RL algorithm: `grpo` (critic-free group baseline), `mappo` (centralized critic), `ippo` (independent critic)."""
+    policy_mapping: str = "shared"
+    """Which agents share a model: `shared` (one model, agent id in the prompt), `team` (one per team), `agent`."""
     train_split: str = "train"
     """Scenario split that training tasks come from."""
     eval_episodes: int = 100
@@ -162,6 +192,7 @@ class TrainConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     sft: WarmStartConfig = field(default_factory=WarmStartConfig)
     rl: RLConfig = field(default_factory=RLConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     comms: CommsConfig = field(default_factory=CommsConfig)
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
     """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
@@ -205,8 +236,15 @@ class TrainConfig:
                 raise ConfigError(f"comms: {err}") from err
         if self.policy.device != "auto" and not self.policy.device.startswith(("cpu", "cuda", "mps")):
             raise ConfigError(f"policy.device={self.policy.device!r}: use auto, cpu, cuda, cuda:N or mps")
-        if self.algo != "grpo":
-            raise ConfigError(f"algo={self.algo!r} is not available yet; use 'grpo'")
+        from marl import algorithms
+        from marl.policy_map import MAPPING_MODES
+
+        try:
+            algo = algorithms.get(self.algo)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if self.policy_mapping not in MAPPING_MODES:
+            raise ConfigError(f"policy_mapping={self.policy_mapping!r} is unknown; choose one of {list(MAPPING_MODES)}")
         _positive(self, "iterations", allow_zero=True)
         _positive(self, "eval_episodes", allow_zero=True)
         p, s, r = self.policy, self.sft, self.rl
@@ -221,11 +259,24 @@ class TrainConfig:
         _positive(s, "learning_rate", prefix="sft.")
         if s.seconds > 0:
             _positive(s, "episodes", prefix="sft.")
-        if r.group_size < 2:
-            raise ConfigError(f"rl.group_size={r.group_size}: a group baseline needs at least 2 rollouts per seed")
-        for name in ("tasks_per_iteration", "learning_rate", "epochs", "minibatches", "max_grad_norm",
-                     "max_nonfinite_streak"):
+        if r.baseline not in ("group", "running"):
+            raise ConfigError(f"rl.baseline={r.baseline!r}: choose 'group' or 'running'")
+        if algo.needs_groups and r.baseline == "group" and r.group_size < 2:
+            raise ConfigError(f"rl.group_size={r.group_size}: a group baseline needs at least 2 rollouts per seed "
+                              "(or use rl.baseline running, or a critic-based algo)")
+        for name in ("tasks_per_iteration", "group_size", "learning_rate", "epochs", "minibatches", "max_grad_norm",
+                     "max_nonfinite_streak", "ptx_batch_size", "sequence_clip_eps"):
             _positive(r, name, prefix="rl.")
+        if r.ratio not in ("token", "sequence"):
+            raise ConfigError(f"rl.ratio={r.ratio!r}: choose 'token' (PPO) or 'sequence' (GSPO)")
+        if r.normalize_by not in ("agent", "role"):
+            raise ConfigError(f"rl.normalize_by={r.normalize_by!r}: choose 'agent' or 'role'")
+        if not 0 <= r.gamma <= 1 or not 0 <= r.gae_lambda <= 1:
+            raise ConfigError(f"rl.gamma={r.gamma} and rl.gae_lambda={r.gae_lambda} must lie in [0, 1]")
+        for name in ("value_coef", "ptx_coef"):
+            if getattr(r, name) < 0 or not math.isfinite(getattr(r, name)):
+                raise ConfigError(f"rl.{name} must be a finite number >= 0")
+        _positive(self.critic, "learning_rate", prefix="critic.")
         if r.seconds < 0:
             raise ConfigError("rl.seconds must be >= 0")
         if not 0 < r.clip_eps < 1:

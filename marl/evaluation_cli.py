@@ -25,9 +25,15 @@ BASELINES = ("expert", "random", "untrained")
 
 
 def load_policy(checkpoint: str | Path, device: str = "auto") -> tuple[Any, Any, dict[str, Any]]:
-    """LLMPolicy + ChatFormat from a checkpoint folder (safetensors + tokenizer + JSON metadata)."""
+    """Policy + ChatFormat from a checkpoint folder (safetensors + tokenizer + JSON metadata).
+
+    A checkpoint of several policies (`policy_mapping` team or agent) comes back as a `PolicyMap`
+    that routes each agent to its own model, as during training.
+    """
     from transformers import AutoTokenizer
 
+    import scenarios
+    from marl.policy_map import PolicyMap, policy_id
     from marl.train import resolve_device
     from policies.chat import ChatFormat
     from policies.llm_policy import LLMPolicy
@@ -35,10 +41,20 @@ def load_policy(checkpoint: str | Path, device: str = "auto") -> tuple[Any, Any,
 
     meta = read_meta(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
-    model = build_model(str(checkpoint), vocab_size=len(tokenizer)).to(resolve_device(device)).eval()
-    policy = LLMPolicy(model, tokenizer, constrained=bool(meta.get("constrained", True)),
-                       temperature=float(meta.get("temperature", 1.0)),
-                       max_new_tokens=int(meta.get("max_new_tokens", 48)))
+
+    def load(folder: Path) -> LLMPolicy:
+        model = build_model(str(folder), vocab_size=len(tokenizer)).to(resolve_device(device)).eval()
+        return LLMPolicy(model, tokenizer, constrained=bool(meta.get("constrained", True)),
+                         temperature=float(meta.get("temperature", 1.0)),
+                         max_new_tokens=int(meta.get("max_new_tokens", 48)))
+
+    policy: Any = load(Path(checkpoint))
+    ids = meta.get("policies") or []
+    if len(ids) > 1:
+        mode = str(meta.get("policy_mapping", "shared"))
+        kind = scenarios.info(meta["scenario"]).kind
+        models = {ids[0]: policy, **{pid: load(Path(checkpoint) / "policies" / pid) for pid in ids[1:]}}
+        policy = PolicyMap(models, lambda env, agent: policy_id(mode, env, agent, kind))
     return policy, ChatFormat(tokenizer), meta
 
 

@@ -1,26 +1,44 @@
-"""The on-policy learner: one PPO-clip update from a rollout batch and its advantages.
+"""The on-policy learner of one policy: a PPO-clip update whose loss is a sum of named terms.
 
-Loss = policy (PPO-clip) + kl_coef * KL(policy || frozen reference) + aux_coef * MoE load balancing
-- entropy_coef * entropy, each term logged by name. Logprobs are recomputed under the same
-constrained-decoding masks and temperature the rollout used, from the token ids the rollout kept.
-A non-finite loss or gradient skips the optimizer step; a streak of them aborts the run before
-anything is checkpointed. Left out: value losses (critic-based algorithms come with the critic).
+Built-in terms, each logged under its name with the weight it had:
+- `policy`: PPO-clip on the agent's own decision tokens, token-level or sequence-level (GSPO) ratio;
+- `kl`: KL to the frozen reference, weight steered by the adaptive controller;
+- `entropy`: the masked entropy, weight `-entropy_coef` (a bonus);
+- `moe_aux`: the Switch load-balancing loss from router logits;
+- `value`: the critic's loss against its GAE targets (critic-based algorithms);
+- `ptx`: cross-entropy on scripted-expert demonstrations (InstructGPT's PPO-ptx), which keeps
+  what the warm start taught while RL chases reward.
+More terms (opponent modeling) plug in with `add_term(name, fn, weight)`: `fn(ctx)` reads the
+minibatch's `StepContext` and returns a scalar tensor.
+
+Logprobs are recomputed under the same constrained-decoding masks and temperature the rollout used,
+from the token ids the rollout kept. A non-finite loss or gradient skips the step; a streak of
+them aborts the run before anything is checkpointed.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from marl.advantages import GroupAdvantages
+from marl.advantages import Advantages
 from marl.config import RLConfig
 from marl.errors import NonFiniteError
-from marl.losses import AdaptiveKL, kl_to_reference, masked_mean, ppo_clip_loss
-from marl.rollout import RolloutBatch, Turn
+from marl.losses import (
+    AdaptiveKL,
+    kl_to_reference,
+    masked_mean,
+    ppo_clip_loss,
+    sequence_clip_loss,
+    value_loss,
+)
+from marl.rollout import Episode, RolloutBatch, Turn
 from policies.router_stats import load_entropy
 
 
@@ -40,14 +58,17 @@ def decision_mask(turns: list[Turn], width: int) -> torch.Tensor:
 class EpisodeSequence:
     """One agent-episode as a single token sequence with the (start, length) span of each action."""
 
+    episode: int
     sequence: list[int]
     spans: list[tuple[int, int]]
     turns: list[Turn]
+    turn_ids: list[int]
 
 
 def episode_sequence(batch: RolloutBatch, episode: int) -> EpisodeSequence:
     """Rebuild an episode's full sequence from its turns, checking the prefix property on the way."""
-    turns = [batch.turns[i] for i in batch.episodes[episode].turns if batch.turns[i].action_ids]
+    turn_ids = [i for i in batch.episodes[episode].turns if batch.turns[i].action_ids]
+    turns = [batch.turns[i] for i in turn_ids]
     last = turns[-1]
     sequence = list(last.prompt_ids) + list(last.action_ids)
     spans = []
@@ -57,7 +78,7 @@ def episode_sequence(batch: RolloutBatch, episode: int) -> EpisodeSequence:
             raise ValueError(f"episode {episode}: a turn's prompt is not a prefix of the next one; the chat "
                              "format must append to the conversation, never rewrite it")
         spans.append((start, len(t.action_ids)))
-    return EpisodeSequence(sequence, spans, turns)
+    return EpisodeSequence(episode, sequence, spans, turns, turn_ids)
 
 
 def padded(rows: list[list[float]], width: int) -> torch.Tensor:
@@ -67,41 +88,95 @@ def padded(rows: list[list[float]], width: int) -> torch.Tensor:
     return out
 
 
-class Learner:
-    """Owns the optimizer and the adaptive KL coefficient of one trainable policy."""
+def subset(batch: RolloutBatch, keep: Callable[[Episode], bool]) -> RolloutBatch:
+    """The episodes `keep` selects, with their turns, re-indexed into a batch of their own."""
+    turns: list[Turn] = []
+    episodes: list[Episode] = []
+    for ep in batch.episodes:
+        if not keep(ep):
+            continue
+        e = len(episodes)
+        ids = []
+        for i in ep.turns:
+            t = batch.turns[i]
+            ids.append(len(turns))
+            turns.append(Turn(e, t.prompt_ids, t.action_ids, t.logprobs, t.allowed, t.reward, t.invalid, t.state))
+        episodes.append(Episode(ep.seed, ep.group, ep.agent, ids, ep.ret, ep.reason, ep.transcript, ep.policy,
+                                ep.final_observation, ep.final_state))
+    return RolloutBatch(turns, episodes, batch.generated_tokens, batch.env_steps, batch.seconds,
+                        batch.generate_seconds, batch.env_seconds)
 
-    def __init__(self, policy: Any, reference: Any, cfg: RLConfig, aux_coef: float, seed: int = 0) -> None:
+
+@dataclass
+class StepContext:
+    """What a loss term may read in one minibatch step."""
+
+    batch: RolloutBatch
+    adv: Advantages
+    pieces: list[EpisodeSequence]
+    turn_ids: list[int]
+    scores: Any
+    """The policy's `SequenceScores` (with grad): one row per turn of the minibatch."""
+    mask: torch.Tensor
+    """Decision-token mask, (turns, width)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+LossTerm = Callable[[StepContext], torch.Tensor]
+
+
+class Learner:
+    """Owns one policy's optimizer, reference, KL controller, optional critic and loss terms."""
+
+    def __init__(self, policy: Any, reference: Any, cfg: RLConfig, aux_coef: float, seed: int = 0,
+                 critic: Any = None, demonstrations: dict[str, list[list[int]]] | None = None) -> None:
         self.policy = policy
         self.reference = reference
         self.cfg = cfg
         self.aux_coef = aux_coef
+        self.critic = critic
+        self.demos = demonstrations if demonstrations and cfg.ptx_coef > 0 else None
         self.kl = AdaptiveKL(cfg.kl_coef, cfg.target_kl)
         self.optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
         self.rng = np.random.default_rng(seed)
         self.nonfinite_streak = 0
         self.updates = 0
+        self.extra_terms: dict[str, tuple[LossTerm, float]] = {}
 
-    def update(self, batch: RolloutBatch, adv: GroupAdvantages) -> dict[str, float]:
-        """One iteration: `epochs` passes over minibatches of the included episodes.
+    def add_term(self, name: str, fn: LossTerm, weight: float) -> None:
+        """Add a named loss term `weight * fn(ctx)` to every step (logged as `loss/<name>`)."""
+        builtin = {"policy", "kl", "entropy", "moe_aux", "value", "ptx"}
+        if name in builtin or name in self.extra_terms:
+            raise ValueError(f"loss term {name!r} already exists")
+        self.extra_terms[name] = (fn, weight)
+
+    def update(self, batch: RolloutBatch, adv: Advantages) -> dict[str, float]:
+        """One iteration: `epochs` passes over minibatches of the episodes with turns in the loss.
 
         Each agent-episode is scored as ONE sequence (its last prompt + last action): every turn's
         prompt is a prefix of the next, so all its turns' action spans come out of one forward,
         without re-running the shared prefix once per turn.
         """
         episodes = [e for e, ep in enumerate(batch.episodes)
-                    if adv.include[e] and any(batch.turns[i].action_ids for i in ep.turns)]
+                    if any(adv.include[i] and batch.turns[i].action_ids for i in ep.turns)]
         metrics: dict[str, list[float]] = {}
         if not episodes:
             return {"train/skipped_empty_batch": 1.0, "train/kl_coef": self.kl.value}
         model = self.policy.model
         model.train()
+        if self.critic is not None:
+            self.critic.model.train()
+        first = True
         for _ in range(self.cfg.epochs):
             order = self.rng.permutation(len(episodes))
             for chunk in np.array_split(order, min(self.cfg.minibatches, len(episodes))):
                 pieces = [episode_sequence(batch, episodes[i]) for i in chunk]
-                for key, value in self._step(pieces, adv).items():
+                for key, value in self._step(batch, adv, pieces, first).items():
                     metrics.setdefault(key, []).append(value)
+                first = False
         model.eval()
+        if self.critic is not None:
+            self.critic.model.eval()
         skips = metrics.pop("train/nonfinite_skips", [])
         out = {k: float(np.nanmean(v)) for k, v in metrics.items()}
         out["train/nonfinite_skips"] = float(len(skips))
@@ -109,54 +184,123 @@ class Learner:
         out["train/episodes"] = float(len(episodes))
         return out
 
-    def _step(self, pieces: list[EpisodeSequence], adv: GroupAdvantages) -> dict[str, float]:
+    def _step(self, batch: RolloutBatch, adv: Advantages, pieces: list[EpisodeSequence],
+              first: bool) -> dict[str, float]:
+        cfg = self.cfg
         sequences = [p.sequence for p in pieces]
         spans = [p.spans for p in pieces]
         allowed = [[t.allowed for t in p.turns] for p in pieces]
         turns = [t for p in pieces for t in p.turns]
+        turn_ids = [i for p in pieces for i in p.turn_ids]
         scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0)
         with torch.no_grad():
             ref = self.reference.span_logprobs(sequences, spans, allowed)
         width, device = scores.logprobs.shape[1], scores.logprobs.device
-        mask = decision_mask(turns, width).to(device) & scores.mask.bool()
+        include = torch.tensor([bool(adv.include[i]) for i in turn_ids], dtype=torch.bool, device=device)
+        mask = decision_mask(turns, width).to(device) & scores.mask.bool() & include[:, None]
         old = padded([t.logprobs for t in turns], width).to(device)
-        advantages = torch.tensor([adv.advantages[t.episode] for t in turns], dtype=torch.float32, device=device)
-        policy_loss, clip_frac = ppo_clip_loss(scores.logprobs, old, advantages, mask, self.cfg.clip_eps)
-        kl = kl_to_reference(scores.logprobs, ref.logprobs.detach(), mask)
-        entropy = masked_mean(scores.entropy, mask)
-        aux = scores.aux_loss if scores.aux_loss is not None else torch.zeros((), device=device)
-        loss = policy_loss + self.kl.value * kl + self.aux_coef * aux - self.cfg.entropy_coef * entropy
-        out = {
-            "train/policy_loss": policy_loss.item(),
-            "train/kl": kl.item(),
-            "train/entropy": entropy.item(),
-            "train/clip_frac": clip_frac.item(),
-            "train/loss": loss.item(),
-            "train/logprob_gap": masked_mean((scores.logprobs.detach() - old).abs(), mask).item(),
-            "train/decision_tokens": float(mask.sum().item()),
+        advantages = torch.tensor([adv.advantages[i] for i in turn_ids], dtype=torch.float32, device=device)
+        clip = sequence_clip_loss if cfg.ratio == "sequence" else ppo_clip_loss
+        eps = cfg.sequence_clip_eps if cfg.ratio == "sequence" else cfg.clip_eps
+        policy_loss, clip_frac = clip(scores.logprobs, old, advantages, mask, eps)
+        terms: dict[str, torch.Tensor] = {
+            "policy": policy_loss,
+            "kl": kl_to_reference(scores.logprobs, ref.logprobs.detach(), mask),
+            "entropy": masked_mean(scores.entropy, mask),
         }
+        weights = {"policy": 1.0, "kl": self.kl.value, "entropy": -cfg.entropy_coef}
         if scores.aux_loss is not None:
-            out["moe/aux_loss"] = float(aux.item())
+            terms["moe_aux"], weights["moe_aux"] = scores.aux_loss, self.aux_coef
+        out: dict[str, float] = {}
+        if self.critic is not None:
+            terms["value"], weights["value"] = self._value_term(batch, adv, pieces, out), cfg.value_coef
+        if self.demos is not None:
+            terms["ptx"], weights["ptx"] = self._ptx_term(device), cfg.ptx_coef
+        ctx = StepContext(batch, adv, pieces, turn_ids, scores, mask)
+        for name, (fn, weight) in self.extra_terms.items():
+            terms[name], weights[name] = fn(ctx), weight
+        loss = sum(weights[k] * v for k, v in terms.items())
+        gap = masked_mean((scores.logprobs.detach() - old).abs(), mask).item()
+        out.update({
+            "train/policy_loss": terms["policy"].item(),
+            "train/kl": terms["kl"].item(),
+            "train/entropy": terms["entropy"].item(),
+            "train/clip_frac": clip_frac.item(),
+            "train/loss": float(loss.item()),
+            "train/logprob_gap": gap,
+            "train/decision_tokens": float(mask.sum().item()),
+        })
+        if first:  # before any update: the gap is the rollout/training mismatch alone (MoE routing, padding)
+            out["moe/rollout_train_logprob_gap"] = gap
+        for name, value in terms.items():
+            if name in ("value", "ptx"):
+                out[f"train/{name}_loss"] = value.item()
+            elif name == "moe_aux":
+                out["moe/aux_loss"] = value.item()
+            elif name in self.extra_terms:
+                out[f"loss/{name}"] = value.item()
+            out[f"loss_weight/{name}"] = float(weights[name])
         if scores.expert_load is not None:
             entropies = [load_entropy(layer[None]).item() for layer in scores.expert_load]
             out["moe/expert_load_entropy"] = float(np.mean(entropies))
-            for i, value in enumerate(entropies):
-                out[f"moe/expert_load_entropy/layer_{i}"] = value
+            for i, layer in enumerate(scores.expert_load):
+                out[f"moe/expert_load_entropy/layer_{i}"] = entropies[i]
+                out[f"moe/expert_load_max/layer_{i}"] = float(layer.max().item())
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             return self._skip(out)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.max_grad_norm)
         out["train/grad_norm"] = float(grad_norm)
         if not math.isfinite(float(grad_norm)):
             return self._skip(out)
         self.optimizer.step()
+        if self.critic is not None:
+            out["train/value_grad_norm"] = self.critic.step()
         self.nonfinite_streak = 0
         self.updates += 1
         return out
 
+    def _value_term(self, batch: RolloutBatch, adv: Advantages, pieces: list[EpisodeSequence],
+                    out: dict[str, float]) -> torch.Tensor:
+        inputs = self.critic.inputs(batch, [p.episode for p in pieces])
+        values = self.critic.predict(inputs)
+        keep = [k for k, read in enumerate(inputs.turns) if read >= 0 and adv.include[read]]
+        if not keep or adv.returns is None:
+            return torch.zeros((), device=values.device)
+        device = values.device
+        chosen = values[torch.tensor(keep, device=device)]
+        targets = torch.tensor([adv.returns[inputs.turns[k]] for k in keep], dtype=torch.float32, device=device)
+        out["train/value_mean"] = float(chosen.mean().item())
+        out["train/return_target_mean"] = float(targets.mean().item())
+        residual = ((targets - chosen.detach()) ** 2).mean()
+        variance = targets.var(unbiased=False)
+        out["train/explained_variance"] = float(1.0 - residual / variance) if variance > 1e-8 else 0.0
+        return value_loss(chosen, targets)
+
+    def _ptx_term(self, device: torch.device) -> torch.Tensor:
+        """Cross-entropy on a random minibatch of demonstrations, on their action tokens only."""
+        ids_all, masks_all = self.demos["input_ids"], self.demos["assistant_masks"]
+        pick = self.rng.choice(len(ids_all), size=min(self.cfg.ptx_batch_size, len(ids_all)), replace=False)
+        width = max(len(ids_all[i]) for i in pick)
+        ids = torch.full((len(pick), width), self.policy.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(pick), width), dtype=torch.long)
+        labels = torch.full((len(pick), width), -100, dtype=torch.long)
+        for row, i in enumerate(pick):
+            seq = torch.tensor(ids_all[i], dtype=torch.long)
+            ids[row, : len(seq)] = seq
+            attention[row, : len(seq)] = 1
+            m = torch.tensor(masks_all[i], dtype=torch.bool)
+            labels[row, : len(seq)] = torch.where(m, seq, torch.full_like(seq, -100))
+        ids, attention, labels = ids.to(device), attention.to(device), labels.to(device)
+        logits = self.policy.model(input_ids=ids, attention_mask=attention, use_cache=False).logits
+        return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                               ignore_index=-100)
+
     def _skip(self, out: dict[str, float]) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
+        if self.critic is not None:
+            self.critic.optimizer.zero_grad(set_to_none=True)
         self.nonfinite_streak += 1
         out["train/nonfinite_skips"] = 1.0
         if self.nonfinite_streak >= self.cfg.max_nonfinite_streak:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from marl.policy_map import PolicyMap, single
 from scenarios.base import HARNESS_FAULTS  # endings that are never the agent's doing
 
 __all__ = ["HARNESS_FAULTS", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor", "summarize",
@@ -49,6 +50,8 @@ class Turn:
     allowed: list[list[int]] | None
     reward: float
     invalid: bool
+    state: str | None = None
+    """The scenario's global `state()` when the agent acted (recorded only for a centralized critic)."""
 
 
 @dataclass
@@ -62,6 +65,12 @@ class Episode:
     ret: float = 0.0
     reason: str = ""
     transcript: list[tuple[str, str]] = field(default_factory=list)
+    policy: str = "shared"
+    """Id of the policy that acted for this agent (see `marl.policy_map`)."""
+    final_observation: str | None = None
+    """The observation the agent was left with after its last turn (a truncated episode's bootstrap)."""
+    final_state: str | None = None
+    """The global state after the agent's last turn (recorded with `record_state`)."""
 
 
 @dataclass
@@ -81,8 +90,10 @@ class RolloutWorker:
     """Holds a pool of environments and plays batches of seeded episodes through a policy."""
 
     def __init__(self, make_env: Callable[[], Any], policy: Any, chat: Any) -> None:
+        """`policy`: one policy for every agent, a `PolicyMap`, or None for scripted actors only."""
         self.make_env = make_env
         self.policy = policy
+        self.policies = policy if policy is None or isinstance(policy, PolicyMap) else single(policy)
         self.chat = chat
         self._pool: list[Any] = []
 
@@ -104,11 +115,13 @@ class RolloutWorker:
         sample_seed: int | None = None,
         actor: Callable[[Any, str], str] | None = None,
         max_loops: int = 1000,
+        record_state: bool = False,
     ) -> RolloutBatch:
         """Play one episode per seed (all agents of each) and return every turn and episode.
 
         `actor(env, agent) -> text` replaces the LLM (scripted expert, random baseline); then turns
-        carry no token ids.
+        carry no token ids. `record_state` keeps the scenario's `state()` with every turn and at
+        every agent's end (what a centralized critic reads).
         """
         start = time.perf_counter()
         groups = list(groups) if groups is not None else list(range(len(seeds)))
@@ -123,7 +136,8 @@ class RolloutWorker:
             for agent in env.agents:
                 key = (i, agent)
                 slot[key] = len(episodes)
-                episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent))
+                pid = self.policies.policy_of(env, agent) if actor is None else "scripted"
+                episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent, policy=pid))
                 text = observations[agent]["text"]
                 last_obs[key] = text
                 episodes[slot[key]].transcript.append(("observation", text))
@@ -137,9 +151,10 @@ class RolloutWorker:
                 break
             t0 = time.perf_counter()
             if actor is None:
-                grammars = [envs[i].action_grammar(a) if self.policy.constrained else None for i, a in live]
-                gen = self.policy.generate([context[k] for k in live], grammars, greedy=greedy,
-                                           seed=turn_seed(sample_seed, loop))
+                grammars = [envs[i].action_grammar(a) if self.policies.constrained else None for i, a in live]
+                owners = [episodes[slot[k]].policy for k in live]
+                gen = self.policies.generate([context[k] for k in live], grammars, owners, greedy=greedy,
+                                             seed=turn_seed(sample_seed, loop))
                 texts = list(gen.texts)
                 tokens += sum(len(ids) for ids in gen.token_ids)
             else:
@@ -153,6 +168,7 @@ class RolloutWorker:
                 per_env.setdefault(key[0], {})[key[1]] = text
                 row_of[key] = row
             for i, actions in per_env.items():
+                state = envs[i].state() if record_state else None
                 obs, rewards, terms, truncs, infos = envs[i].step(actions)
                 steps += 1
                 for agent, text in actions.items():
@@ -172,10 +188,15 @@ class RolloutWorker:
                         allowed=gen.allowed[row] if gen is not None else None,
                         reward=reward,
                         invalid=bool(info.get("invalid_action", False)),
+                        state=state,
                     ))
                     done = terms.get(agent, False) or truncs.get(agent, False)
                     if done:
                         ep.reason = str(info.get("termination_reason", "max_turns" if truncs.get(agent) else "failure"))
+                        final = obs.get(agent)
+                        ep.final_observation = final["text"] if isinstance(final, dict) else None
+                        if record_state:
+                            ep.final_state = envs[i].state()
                         continue
                     text_obs = obs[agent]["text"]
                     ep.transcript.append(("observation", text_obs))

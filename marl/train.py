@@ -22,11 +22,14 @@ from tqdm import tqdm
 
 import comms
 import scenarios
-from marl.advantages import group_advantages
+from marl import algorithms
+from marl.advantages import RunningBaseline
 from marl.checkpoint import save_checkpoint
 from marl.config import TrainConfig, flatten
+from marl.critic import Critic
 from marl.evaluate import evaluate, transcript_text
-from marl.learner import Learner
+from marl.learner import Learner, subset
+from marl.policy_map import PolicyMap, policy_id, policy_ids, single
 from marl.rollout import RolloutWorker, summarize
 from marl.sft import conversations, demonstration_episodes, run_sft
 from marl.tracking import Tracker
@@ -34,6 +37,7 @@ from policies.chat import ChatFormat
 from policies.llm_policy import LLMPolicy
 from policies.presets import build_model, count_parameters
 from policies.tokenizer import load_or_train_tokenizer
+from policies.value_model import build_value_model
 
 
 @dataclass
@@ -143,20 +147,29 @@ def train(cfg: TrainConfig) -> TrainResult:
         log_topology(cfg, tr, make_env, out_root / tr.run_id / "comms")
         print(f"run_id: {tr.run_id} ({run_name}); model {count_parameters(model):,} params, vocab {len(tokenizer)}",
               flush=True)
+        demos = None
         if cfg.sft.seconds > 0:
-            _warm_start(cfg, tr, worker, chat, model, tokenizer, rng)
-        last_iteration = 0
+            demos = _warm_start(cfg, tr, worker, chat, model, tokenizer, rng)
+        # Every policy of a mapping starts from the same warm start, then each learns on its own agents.
+        policies = build_policy_map(cfg, policy, make_env)
+        worker.policies = policies
+        last_iteration, critics = 0, {}
         if cfg.iterations > 0 and cfg.rl.seconds > 0:
-            last_iteration = _reinforce(cfg, tr, worker, policy, rng)
+            if cfg.rl.ptx_coef > 0 and demos is None:
+                demos = conversations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes)))
+            last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
+        ids = list(policies.policies)
         meta = {"scenario": cfg.scenario, "agents": cfg.agents, "run_id": tr.run_id, "seed": cfg.seed,
                 "iteration": last_iteration, "scenario_options": cfg.scenario_options,
-                "comms": dataclasses.asdict(cfg.comms),
+                "comms": dataclasses.asdict(cfg.comms), "algo": cfg.algo,
+                "policy_mapping": cfg.policy_mapping, "policies": ids,
                 "policy": flatten(cfg.policy), "constrained": cfg.policy.constrained,
                 "max_new_tokens": cfg.policy.max_new_tokens, "temperature": cfg.policy.temperature}
-        save_checkpoint(ckpt_dir, model, tokenizer, meta)
+        save_checkpoint(ckpt_dir, policies[ids[0]].model, tokenizer, meta,
+                        extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
-        final = _final_eval(cfg, tr, policy, chat, last_iteration)
+        final = _final_eval(cfg, tr, policies, chat, last_iteration)
     print(f"run_id: {tr.run_id}")
     print(f"checkpoint: {ckpt_dir}")
     print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
@@ -164,7 +177,8 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 
 def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any, model: Any, tokenizer: Any,
-                rng: np.random.Generator) -> None:
+                rng: np.random.Generator) -> dict[str, list[list[int]]]:
+    """SFT on scripted-expert demonstrations; returns the demonstrations (PPO-ptx reuses them)."""
     t0 = time.perf_counter()
     episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes))
     columns = conversations(chat, episodes)
@@ -179,16 +193,69 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     tr.log_metrics(figures, step=0)
     print(f"sft: {int(figures['sft/steps'])} steps in {figures['sft/seconds']:.0f}s, "
           f"mean loss {figures['sft/mean_loss']:.3f}", flush=True)
+    return columns
 
 
-def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any, rng: np.random.Generator) -> int:
-    """RL iterations until `cfg.iterations` or the wall-clock budget; returns the last iteration run."""
+def build_policy_map(cfg: TrainConfig, policy: Any, make_env: Any) -> PolicyMap:
+    """The policies of `cfg.policy_mapping`: the warm-started policy, copied once per further id."""
+    if cfg.policy_mapping == "shared":
+        return single(policy)
+    kind = scenarios.info(cfg.scenario).kind
+    ids = policy_ids(cfg.policy_mapping, make_env(), kind)
+    models = {ids[0]: policy}
+    for pid in ids[1:]:
+        models[pid] = LLMPolicy(copy.deepcopy(policy.model), policy.tokenizer, constrained=policy.constrained,
+                                temperature=policy.temperature, max_new_tokens=policy.max_new_tokens)
+    mode = cfg.policy_mapping
+    return PolicyMap(models, partial(policy_id, mode, kind=kind))
+
+
+def role_function(cfg: TrainConfig, make_env: Any) -> Any:
+    """Agent -> normalization key: the agent itself, or its team (`rl.normalize_by role`)."""
+    if cfg.rl.normalize_by == "agent":
+        return _identity
+    env = make_env()
+    env.reset(seed=0)
+    kind = scenarios.info(cfg.scenario).kind
+    return {agent: policy_id("team", env, agent, kind) for agent in env.possible_agents}.__getitem__
+
+
+def _identity(agent: str) -> str:
+    return agent
+
+
+def frozen_reference(policy: Any) -> Any:
+    """A frozen copy of `policy` (the KL anchor)."""
     reference_model = copy.deepcopy(policy.model).eval()
     for p in reference_model.parameters():
         p.requires_grad_(False)
-    reference = LLMPolicy(reference_model, policy.tokenizer, constrained=policy.constrained,
-                          temperature=policy.temperature, max_new_tokens=policy.max_new_tokens)
-    learner = Learner(policy, reference, cfg.rl, cfg.policy.router_aux_loss_coef, seed=cfg.seed)
+    return LLMPolicy(reference_model, policy.tokenizer, constrained=policy.constrained,
+                     temperature=policy.temperature, max_new_tokens=policy.max_new_tokens)
+
+
+def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any) -> dict[str, Learner]:
+    """One learner per policy, each with its own optimizer, reference, KL controller and critic."""
+    algo = algorithms.get(cfg.algo)
+    learners = {}
+    for k, (pid, policy) in enumerate(policies.policies.items()):
+        critic = None
+        if algo.critic is not None:
+            tok = policy.tokenizer
+            model = build_value_model(cfg.critic.model, len(tok), tok.pad_token_id, seed=cfg.seed + k)
+            model.to(policy.device)
+            critic = Critic(model, tok, chat, algo.centralized_critic, cfg.critic.learning_rate, cfg.rl.max_grad_norm)
+        learners[pid] = Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
+                                seed=cfg.seed + k, critic=critic, demonstrations=demos)
+    return learners
+
+
+def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: PolicyMap, chat: Any,
+               demos: Any, rng: np.random.Generator) -> tuple[int, dict[str, Any]]:
+    """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics."""
+    algo = algorithms.get(cfg.algo)
+    learners = build_learners(cfg, policies, chat, demos)
+    role_of = role_function(cfg, worker.make_env)
+    baselines = {pid: RunningBaseline() for pid in learners} if cfg.rl.baseline == "running" else {}
     start = time.perf_counter()
     bar = tqdm(range(1, cfg.iterations + 1), desc="rl", unit="it")
     it = 0
@@ -196,14 +263,18 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any
         task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
         seeds = [s for s in task_seeds for _ in range(cfg.rl.group_size)]
         groups = [g for g in range(len(task_seeds)) for _ in range(cfg.rl.group_size)]
-        batch = worker.collect(seeds, groups, greedy=False, sample_seed=cfg.seed * 1_000_003 + it)
-        adv = group_advantages(batch.episodes)
+        batch = worker.collect(seeds, groups, greedy=False, sample_seed=cfg.seed * 1_000_003 + it,
+                               record_state=algo.centralized_critic)
         t0 = time.perf_counter()
         metrics = summarize(batch)
-        metrics.update(learner.update(batch, adv))
+        per_policy: dict[str, dict[str, float]] = {}
+        for pid, learner in learners.items():
+            part = batch if len(learners) == 1 else subset(batch, lambda ep, pid=pid: ep.policy == pid)
+            adv = algo.advantages(part, learner.critic, cfg.rl.gamma, cfg.rl.gae_lambda, role_of, baselines.get(pid))
+            per_policy[pid] = {**adv.metrics(), **learner.update(part, adv)}
+        metrics.update(merge_policy_metrics(per_policy))
         metrics["perf/update_seconds"] = time.perf_counter() - t0
         metrics["perf/rollout_seconds"] = batch.seconds
-        metrics["rollout/zero_variance_group_frac"] = adv.zero_variance_groups / max(adv.groups, 1)
         metrics["curriculum/n_agents"] = float(cfg.agents)
         metrics["curriculum/stage"] = 0.0
         metrics["perf/elapsed_s"] = time.perf_counter() - start
@@ -213,7 +284,21 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policy: Any
         if time.perf_counter() - start >= cfg.rl.seconds:
             break
     bar.close()
-    return it
+    return it, {pid: lr.critic.model for pid, lr in learners.items() if lr.critic is not None}
+
+
+def merge_policy_metrics(per_policy: dict[str, dict[str, float]]) -> dict[str, float]:
+    """One policy: its metrics as they are. Several: each under `policy/<id>/`, plain names the mean."""
+    if len(per_policy) == 1:
+        return next(iter(per_policy.values()))
+    out: dict[str, float] = {}
+    sums: dict[str, list[float]] = {}
+    for pid, metrics in per_policy.items():
+        for k, v in metrics.items():
+            out[f"policy/{pid}/{k}"] = v
+            sums.setdefault(k, []).append(v)
+    out.update({k: float(np.mean(v)) for k, v in sums.items()})
+    return out
 
 
 def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int) -> dict[str, float]:

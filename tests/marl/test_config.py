@@ -20,7 +20,14 @@ def test_defaults_validate():
         (lambda c: setattr(c.rl, "learning_rate", 0.0), "rl.learning_rate"),
         (lambda c: setattr(c.policy, "temperature", -1.0), "policy.temperature"),
         (lambda c: setattr(c.sft, "seconds", -1.0), "sft.seconds"),
-        (lambda c: setattr(c, "algo", "mappo"), "algo='mappo'"),
+        (lambda c: setattr(c, "algo", "ppo"), "algo='ppo' is unknown; choose one of"),
+        (lambda c: setattr(c, "policy_mapping", "pairs"), "policy_mapping='pairs'"),
+        (lambda c: setattr(c.rl, "ratio", "episode"), "rl.ratio='episode'"),
+        (lambda c: setattr(c.rl, "baseline", "zero"), "rl.baseline='zero'"),
+        (lambda c: setattr(c.rl, "normalize_by", "team"), "rl.normalize_by='team'"),
+        (lambda c: setattr(c.rl, "gae_lambda", 1.5), "rl.gae_lambda=1.5"),
+        (lambda c: setattr(c.rl, "ptx_coef", -1.0), "rl.ptx_coef"),
+        (lambda c: setattr(c.critic, "learning_rate", 0.0), "critic.learning_rate"),
         (lambda c: setattr(c.rl, "kl_coef", float("nan")), "rl.kl_coef"),
     ],
 )
@@ -91,3 +98,14 @@ def test_yaml_scenario_options_survive_the_command_line(tmp_path):
     assert cfg.scenario_options == {"settle": True, "max_turns": 12}
     assert (cfg.scenario, cfg.agents, cfg.seed) == ("navigation", 3, 4)
     cfg.validate()  # the options reach scenarios.make as a mapping
+
+
+def test_critic_algorithms_need_no_groups_but_grpo_does():
+    for algo in ("mappo", "ippo"):
+        cfg = TrainConfig(algo=algo)
+        cfg.rl.group_size = 1
+        cfg.validate()
+    cfg = TrainConfig(algo="grpo")
+    cfg.rl.group_size = 1
+    cfg.rl.baseline = "running"  # a running per-role baseline needs no groups either
+    cfg.validate()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import scenarios
-from marl.advantages import group_advantages
+from marl.advantages import group_advantages, per_turn
 from marl.checkpoint import CheckpointError, read_meta, save_checkpoint
 from marl.config import TrainConfig
 from marl.errors import NonFiniteError
@@ -88,6 +88,7 @@ def test_update_changes_policy_not_reference(setup):
     if not adv.include.any():  # untrained returns can tie: give the update something to learn from
         adv.advantages[:] = np.linspace(-1, 1, len(adv.advantages))
         adv.include[:] = True
+    adv = per_turn(batch, adv)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
     ref_before = {k: v.clone() for k, v in reference.model.state_dict().items()}
     metrics = Learner(policy, reference, cfg.rl, aux_coef=0.001).update(batch, adv)
@@ -108,6 +109,7 @@ def test_nan_loss_skips_the_step_then_aborts(setup, monkeypatch):
     adv = group_advantages(batch.episodes)
     adv.advantages[:] = [1.0, -1.0]
     adv.include[:] = True
+    adv = per_turn(batch, adv)
     real = policy.span_logprobs
 
     def poisoned(*args, **kwargs):

@@ -1,0 +1,135 @@
+"""Critics of `mappo` and `ippo`: what a value function reads, its values for GAE, and its loss.
+
+- Centralized (`mappo`): before each of an agent's turns the critic reads the scenario's global
+  `state()` at that moment plus the agent's id: `agent <id>` + newline + state text. Any number of
+  agents fits (the state is text, never a fixed-order concatenation of per-agent vectors).
+- Decentralized (`ippo`): the critic reads the agent's own conversation, exactly the token ids
+  the policy saw; one forward over the episode gives the value before every turn.
+
+Truncated episodes (`max_turns`) also get the value of the state they were left in, which GAE
+bootstraps from. Decentralized actors never read `state()`: only this module does, and only
+during training. Left out: value clipping and return normalization (rewards here are O(1)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from marl.advantages import bootstrap_needed
+from marl.rollout import RolloutBatch
+
+
+@dataclass
+class CriticInputs:
+    """Token sequences and read positions for a set of episodes, and what each read is for."""
+
+    sequences: list[list[int]]
+    positions: list[list[int]]
+    turns: list[int]
+    """Turn index of each value read, in flattening order; -1 - e marks episode e's bootstrap."""
+
+
+class Critic:
+    """A value model with its optimizer, reading centralized or decentralized inputs."""
+
+    def __init__(self, model: Any, tokenizer: Any, chat: Any, centralized: bool, learning_rate: float,
+                 max_grad_norm: float, chunk: int = 64) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat = chat
+        self.centralized = centralized
+        self.max_grad_norm = max_grad_norm
+        self.chunk = chunk
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+        self._encoded: dict[str, list[int]] = {}
+
+    def _encode(self, text: str) -> list[int]:
+        ids = self._encoded.get(text)
+        if ids is None:
+            bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
+            ids = bos + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if len(self._encoded) > 50_000:  # states rarely repeat across iterations: keep memory bounded
+                self._encoded.clear()
+            self._encoded[text] = ids
+        return ids
+
+    def state_text(self, agent: str, state: str | None) -> str:
+        if state is None:
+            raise ValueError("a centralized critic needs the global state of every turn: collect rollouts with "
+                             "record_state=True")
+        return f"agent {agent}\n{state}"
+
+    def inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
+        """Critic inputs for every turn (and truncation bootstrap) of the given episodes."""
+        seqs: list[list[int]] = []
+        positions: list[list[int]] = []
+        reads: list[int] = []
+        for e in episodes:
+            ep = batch.episodes[e]
+            idx = [i for i in ep.turns if batch.turns[i].action_ids]
+            if not idx:
+                continue
+            if self.centralized:
+                for i in idx:
+                    ids = self._encode(self.state_text(ep.agent, batch.turns[i].state))
+                    seqs.append(ids)
+                    positions.append([len(ids) - 1])
+                    reads.append(i)
+                if bootstrap_needed(ep):
+                    ids = self._encode(self.state_text(ep.agent, ep.final_state or batch.turns[idx[-1]].state))
+                    seqs.append(ids)
+                    positions.append([len(ids) - 1])
+                    reads.append(-1 - e)
+                continue
+            last = batch.turns[idx[-1]]
+            sequence = list(last.prompt_ids) + list(last.action_ids)
+            pos = [len(batch.turns[i].prompt_ids) - 1 for i in idx]
+            reads.extend(idx)
+            if bootstrap_needed(ep):
+                if ep.final_observation is not None:
+                    sequence = sequence + list(self.chat.next(ep.final_observation))
+                pos.append(len(sequence) - 1)
+                reads.append(-1 - e)
+            seqs.append(sequence)
+            positions.append(pos)
+        return CriticInputs(seqs, positions, reads)
+
+    def predict(self, inputs: CriticInputs) -> torch.Tensor:
+        """Values of every read in `inputs`, in order (grad flows if enabled)."""
+        out = []
+        for start in range(0, len(inputs.sequences), self.chunk):
+            out.append(self.model.values(inputs.sequences[start : start + self.chunk],
+                                         inputs.positions[start : start + self.chunk]))
+        if not out:
+            return torch.zeros(0, device=self.model.device)
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def batch_values(self, batch: RolloutBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(values per turn, bootstrap value per episode) for the whole batch, without grad."""
+        was_training = self.model.training
+        self.model.eval()
+        inputs = self.inputs(batch, range(len(batch.episodes)))
+        flat = self.predict(inputs).float().cpu().numpy()
+        self.model.train(was_training)
+        values = np.zeros(len(batch.turns), dtype=np.float64)
+        bootstrap = np.zeros(len(batch.episodes), dtype=np.float64)
+        for read, v in zip(inputs.turns, flat, strict=True):
+            if read >= 0:
+                values[read] = v
+            else:
+                bootstrap[-1 - read] = v
+        return values, bootstrap
+
+    def step(self) -> float:
+        """Clip the critic's gradients and step its optimizer; returns the gradient norm."""
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        if torch.isfinite(norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)

@@ -1,0 +1,99 @@
+"""Policy mapping: which model acts for which agent, and one batched generate call per model.
+
+Modes (`--policy-mapping`):
+- `shared` (default): one model for every agent; the agent's id (and role) is in its first
+  observation, so one set of weights can still act differently per seat.
+- `team`: one model per team: the scenario's `team_of(agent)` where it has teams (predator_prey),
+  each agent its own team in competitive scenarios, one team in cooperative ones.
+- `agent`: one model per agent id.
+
+`PolicyMap` looks like a single policy to the rollout worker: `generate` takes every live row of a
+turn, splits the rows by policy, makes one batched call per policy and puts the results back in
+row order. Each policy keeps its own optimizer, reference and metrics (see `marl.train`). Left out:
+growing the team under `agent` mapping (a new agent id has no model; the curriculum will decide
+whether it clones one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+MAPPING_MODES = ("shared", "team", "agent")
+SHARED = "shared"
+
+
+def policy_id(mode: str, env: Any, agent: str, kind: str) -> str:
+    """The policy that acts for `agent` of `env` (a scenario of `kind`) under mapping `mode`."""
+    if mode == "shared":
+        return SHARED
+    if mode == "agent":
+        return agent
+    if mode == "team":
+        team_of = getattr(env, "team_of", None)
+        if callable(team_of):
+            return f"team_{team_of(agent)}"
+        return agent if kind == "competitive" else "team"
+    raise ValueError(f"policy mapping {mode!r} is unknown; choose one of {MAPPING_MODES}")
+
+
+def policy_ids(mode: str, env: Any, kind: str) -> list[str]:
+    """Every policy id the agents of a freshly reset `env` map to, in agent order, without repeats."""
+    ids: list[str] = []
+    for agent in env.possible_agents:
+        pid = policy_id(mode, env, agent, kind)
+        if pid not in ids:
+            ids.append(pid)
+    return ids
+
+
+class PolicyMap:
+    """Several policies behind the one-call `generate` interface of a single policy."""
+
+    def __init__(self, policies: dict[str, Any], route: Callable[[Any, str], str]) -> None:
+        if not policies:
+            raise ValueError("a PolicyMap needs at least one policy")
+        self.policies = policies
+        self.route = route
+        first = next(iter(policies.values()))
+        self.constrained = first.constrained
+        self.tokenizer = first.tokenizer
+
+    def __getitem__(self, pid: str) -> Any:
+        return self.policies[pid]
+
+    def policy_of(self, env: Any, agent: str) -> str:
+        pid = self.route(env, agent)
+        if pid not in self.policies:
+            raise KeyError(f"agent {agent} maps to policy {pid!r}, which was never built; known: "
+                           f"{sorted(self.policies)} (under `agent` mapping the agent count cannot change)")
+        return pid
+
+    def generate(self, prompts: Sequence[Sequence[int]], grammars: Sequence[Any], owners: Sequence[str],
+                 **kwargs: Any) -> Any:
+        """One batched call per policy over its rows; results in the original row order."""
+        from policies.llm_policy import Generation
+
+        n = len(prompts)
+        token_ids: list[Any] = [None] * n
+        logprobs: list[Any] = [None] * n
+        texts: list[Any] = [None] * n
+        allowed: list[Any] = [None] * n
+        finished: list[Any] = [None] * n
+        prompt_tokens: list[Any] = [0] * n
+        for pid, policy in self.policies.items():
+            rows = [r for r in range(n) if owners[r] == pid]
+            if not rows:
+                continue
+            gen = policy.generate([prompts[r] for r in rows], [grammars[r] for r in rows], **kwargs)
+            for k, r in enumerate(rows):
+                token_ids[r], logprobs[r], texts[r] = gen.token_ids[k], gen.logprobs[k], gen.texts[k]
+                allowed[r], finished[r] = gen.allowed[k], gen.finished[k]
+                if gen.num_prompt_tokens:
+                    prompt_tokens[r] = gen.num_prompt_tokens[k]
+        return Generation(token_ids, logprobs, texts, allowed, finished, prompt_tokens)
+
+
+def single(policy: Any) -> PolicyMap:
+    """A map with one shared policy (what every caller with one model gets)."""
+    return PolicyMap({SHARED: policy}, lambda env, agent: SHARED)

@@ -1,0 +1,132 @@
+"""Value head for critics: a small transformer trunk and a scalar head, read at chosen positions.
+
+`ValueModel.values(sequences, positions)` runs one right-padded forward over token sequences and
+returns the head's output at the given positions of each, so one forward over an agent's whole
+conversation yields the value before every one of its turns (causal attention: the value at a
+position sees only the tokens up to it). What the sequences hold (the agent's own conversation
+for a decentralized critic, the scenario's global state plus the agent's id for a centralized
+one) is the caller's choice; this module knows nothing of scenarios or agents.
+
+Trunk presets are dense (no experts: a critic needs no routing and its load-balancing loss would
+only add noise); a local folder or hub id of any `AutoModel` works too. Left out: sharing the
+policy's trunk (a value loss flowing into the policy's weights is the instability PPO-for-LLM
+setups keep a separate critic to avoid).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModel
+
+CRITIC_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny-critic": {
+        "model_type": "qwen3",
+        "hidden_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 24,
+        "intermediate_size": 192,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+    },
+    "small-critic": {
+        "model_type": "qwen3",
+        "hidden_size": 192,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 48,
+        "intermediate_size": 384,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+class ValueModel(torch.nn.Module):
+    """A transformer trunk (`AutoModel`, no LM head) and a linear value head on its last hidden state."""
+
+    def __init__(self, trunk: torch.nn.Module, pad_id: int) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.pad_id = pad_id
+        hidden = trunk.config.hidden_size
+        self.head = torch.nn.Linear(hidden, 1)
+        # A zero head starts every value at 0: the first advantages are plain reward-to-go.
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def values(self, sequences: Sequence[Sequence[int]], positions: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Values at `positions[i]` of `sequences[i]`, flattened in order (grad flows if enabled)."""
+        if len(sequences) != len(positions):
+            raise ValueError("sequences and positions must have one entry per sequence")
+        if not sequences:
+            return torch.zeros(0, device=self.device)
+        width = max(len(s) for s in sequences)
+        limit = getattr(self.trunk.config, "max_position_embeddings", None)
+        if limit is not None and width > limit:
+            raise ValueError(f"a critic input has {width} tokens but the critic's trunk takes at most {limit}; "
+                             "use a larger critic preset or shorter scenario states")
+        n = len(sequences)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        rows, cols = [], []
+        for i, (seq, pos) in enumerate(zip(sequences, positions, strict=True)):
+            ids[i, : len(seq)] = torch.tensor(list(seq), dtype=torch.long)
+            attention[i, : len(seq)] = 1
+            for p in pos:
+                if not 0 <= p < len(seq):
+                    raise ValueError(f"position {p} lies outside sequence {i} of length {len(seq)}")
+                rows.append(i)
+                cols.append(p)
+        device = self.device
+        out = self.trunk(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False)
+        hidden = out.last_hidden_state[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]
+        return self.head(hidden.float()).squeeze(-1)
+
+    def save(self, folder: str | Path) -> Path:
+        """Trunk with `save_pretrained` (safetensors) and the head beside it."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.trunk.save_pretrained(folder / "trunk")
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+                  str(folder / "value_head.safetensors"))
+        (folder / "value_model.json").write_text(json.dumps({"pad_id": self.pad_id}))
+        return folder
+
+
+def build_value_model(spec: str, vocab_size: int, pad_id: int, seed: int = 0) -> ValueModel:
+    """A critic from a preset name (random init, seeded), a folder written by `ValueModel.save`, or an AutoModel id."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if spec in CRITIC_PRESETS:
+            fields = dict(CRITIC_PRESETS[spec])
+            model_type = fields.pop("model_type")
+            config = AutoConfig.for_model(model_type, vocab_size=vocab_size, pad_token_id=pad_id, **fields)
+            return ValueModel(AutoModel.from_config(config), pad_id)
+        folder = Path(spec).expanduser()
+        if (folder / "value_model.json").is_file():
+            from safetensors.torch import load_file
+
+            model = ValueModel(AutoModel.from_pretrained(folder / "trunk"), pad_id)
+            model.head.load_state_dict(load_file(str(folder / "value_head.safetensors")))
+            return model
+        if spec.startswith((".", "/", "~")) and not folder.is_dir():
+            raise FileNotFoundError(f"critic spec {spec!r} looks like a path but no such folder exists; "
+                                    f"use a preset ({', '.join(sorted(CRITIC_PRESETS))}) or a saved critic")
+        trunk = AutoModel.from_pretrained(spec)
+        if trunk.get_input_embeddings().weight.shape[0] < vocab_size:
+            raise ValueError(f"critic {spec!r} has fewer embeddings than the tokenizer's {vocab_size} tokens")
+        return ValueModel(trunk, pad_id)
