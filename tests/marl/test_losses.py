@@ -2,9 +2,10 @@
 
 import math
 
+import pytest
 import torch
 
-from marl.losses import AdaptiveKL, kl_to_reference, ppo_clip_loss
+from marl.losses import AdaptiveKL, kl_to_reference, ppo_clip_loss, sequence_clip_loss, value_loss
 
 
 def test_ppo_loss_is_clipped_for_positive_advantage():
@@ -43,3 +44,32 @@ def test_adaptive_kl_moves_towards_target():
     assert fixed.update(5.0) == 0.1
     assert AdaptiveKL(0.1, 0.02).update(float("nan")) == 0.1
 
+
+
+def test_sequence_ratio_is_one_ratio_per_action_and_clipped():
+    old = torch.zeros(2, 3)
+    # Row 0: token log-ratios 0.3 and -0.1 on its two decision tokens: one ratio exp(0.1) for the action.
+    new = torch.tensor([[0.3, -0.1, 9.0], [0.0, 0.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[True, True, False], [False, False, False]])  # row 1 has no decision: left out
+    adv = torch.tensor([1.0, 5.0])
+    loss, clip_frac = sequence_clip_loss(new, old, adv, mask, clip_eps=0.5)
+    assert torch.isclose(loss, -torch.exp(torch.tensor(0.1)))
+    assert clip_frac.item() == 0.0
+    tight, frac = sequence_clip_loss(new, old, adv, mask, clip_eps=0.01)
+    assert torch.isclose(tight, torch.tensor(-1.01)) and frac.item() == 1.0
+    tight.backward()
+    assert new.grad.abs().sum() == 0  # a clipped action with a positive advantage gets no gradient
+
+
+def test_kl_coefficient_never_collapses_below_its_floor():
+    ctl = AdaptiveKL(init=0.02, target=0.05)
+    for _ in range(200):  # KL far below target for a long time (early RL)
+        ctl.update(0.0)
+    assert ctl.value == pytest.approx(0.002)
+    ctl.update(0.5)  # then a drift: the controller reacts from the floor, not from ~0
+    assert ctl.value > 0.002
+
+
+def test_value_loss_is_half_mse():
+    assert value_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0])).item() == pytest.approx(1.25)
+    assert value_loss(torch.zeros(0), torch.zeros(0)).item() == 0.0

@@ -1,0 +1,187 @@
+"""CTDE on real parts: critics, decentralized actors, policy mapping and the open loss.
+
+Real scenarios (navigation, predator_prey, tool_use), their offline tokenizers, tiny random-init
+MoE policies and tiny critics, seeded. What a user relies on: actors never see the global state
+(only the critic does); a centralized critic takes any agent count; a decentralized critic reads
+exactly the agent's own tokens; each agent is played and scored by the model its mapping names;
+every loss term is logged under its name with its weight, and new terms plug in.
+"""
+
+import copy
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import scenarios
+from marl.advantages import gae_advantages
+from marl.config import TrainConfig
+from marl.critic import Critic
+from marl.learner import Learner, subset
+from marl.policy_map import PolicyMap, policy_id
+from marl.rollout import RolloutWorker
+from marl.sft import conversations, demonstration_episodes
+from marl.train import build_policy, frozen_reference
+from policies.chat import ChatFormat
+from policies.llm_policy import LLMPolicy
+from policies.value_model import build_value_model
+
+SECRET = "SECRET-GLOBAL-STATE"
+
+
+def policy_for(scenario: str, n_agents: int, out: Path, seed: int = 0):
+    cfg = TrainConfig(scenario=scenario, agents=n_agents, seed=seed)
+    cfg.policy.tokenizer_episodes = 40
+    make_env = partial(scenarios.make, scenario, n_agents=n_agents, split="train")
+    tokenizer, _, policy = build_policy(cfg, make_env, out, np.random.default_rng(seed))
+    return cfg, make_env, tokenizer, policy
+
+
+@pytest.fixture(scope="module")
+def nav(tmp_path_factory):
+    return policy_for("navigation", 3, Path(tmp_path_factory.mktemp("nav")))
+
+
+def critic_for(tokenizer, centralized: bool, seed: int = 0) -> Critic:
+    model = build_value_model("tiny-critic", len(tokenizer), tokenizer.pad_token_id, seed=seed)
+    return Critic(model, tokenizer, ChatFormat(tokenizer), centralized, learning_rate=1e-3, max_grad_norm=1.0)
+
+
+def marked_env(make_env):
+    env = make_env()
+    real = env.state
+    env.state = lambda: f"{SECRET} {real()}"  # instance attribute: what the rollout calls
+    return env
+
+
+def test_actors_never_read_the_global_state(nav):
+    _, make_env, tokenizer, policy = nav
+    chat = ChatFormat(tokenizer)
+    seeds = [3, 4, 5]
+    plain = RolloutWorker(partial(marked_env, make_env), policy, chat).collect(seeds, greedy=True)
+    recorded = RolloutWorker(partial(marked_env, make_env), policy, chat).collect(seeds, greedy=True,
+                                                                                record_state=True)
+    # Recording the state for the critic changes nothing the actors see or do.
+    assert [t.prompt_ids for t in plain.turns] == [t.prompt_ids for t in recorded.turns]
+    assert [t.action_ids for t in plain.turns] == [t.action_ids for t in recorded.turns]
+    assert all(SECRET not in tokenizer.decode(t.prompt_ids) for t in recorded.turns)
+    assert all(t.state.startswith(SECRET) for t in recorded.turns)  # the critic's input has it
+    assert all(t.state is None for t in plain.turns)
+
+
+def test_centralized_critic_takes_any_agent_count(tmp_path):
+    _, _, tokenizer, policy = policy_for("navigation", 2, tmp_path)
+    critic = critic_for(tokenizer, centralized=True)
+    chat = ChatFormat(tokenizer)
+    learner = Learner(policy, frozen_reference(policy), TrainConfig().rl, aux_coef=0.0, critic=critic)
+    for n in (2, 4, 3):  # the team grows and shrinks between iterations
+        make_env = partial(scenarios.make, "navigation", n_agents=n, split="train", max_turns=4)
+        batch = RolloutWorker(make_env, policy, chat).collect([0, 0, 1, 1], groups=[0, 0, 1, 1], sample_seed=n,
+                                                              record_state=True)
+        assert {ep.agent for ep in batch.episodes} == {f"agent_{i}" for i in range(n)}
+        values, bootstrap = critic.batch_values(batch)
+        assert values.shape == (len(batch.turns),) and bootstrap.shape == (len(batch.episodes),)
+        # Every agent-turn reads `agent <id>` + the state: distinct agents get distinct inputs.
+        inputs = critic.inputs(batch, range(len(batch.episodes)))
+        first_turns = [batch.episodes[e].turns[0] for e in range(n)]
+        texts = {tokenizer.decode(inputs.sequences[inputs.turns.index(i)]) for i in first_turns}
+        assert len(texts) == n
+        before = [p.detach().clone() for p in critic.model.parameters()]
+        adv = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=0.95)
+        metrics = learner.update(batch, adv)
+        assert np.isfinite(metrics["train/value_loss"])
+        assert any(not torch.equal(a, b) for a, b in zip(before, critic.model.parameters(), strict=True))
+
+
+def test_decentralized_critic_reads_exactly_the_agents_own_tokens(nav):
+    _, make_env, tokenizer, policy = nav
+    critic = critic_for(tokenizer, centralized=False)
+    batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect([7], sample_seed=1)
+    inputs = critic.inputs(batch, range(len(batch.episodes)))
+    assert len(inputs.sequences) == len(batch.episodes)  # one forward per agent-episode
+    for e, ep in enumerate(batch.episodes):
+        seq, pos = inputs.sequences[e], inputs.positions[e]
+        for k, i in enumerate(ep.turns):
+            prompt = batch.turns[i].prompt_ids
+            assert seq[: len(prompt)] == prompt and pos[k] == len(prompt) - 1
+    # A causal trunk: the value before a turn does not change when later tokens change.
+    seq = inputs.sequences[0]
+    with torch.no_grad():
+        full = critic.model.values([seq], [inputs.positions[0][:1]])
+        cut = critic.model.values([seq[: inputs.positions[0][0] + 1]], [inputs.positions[0][:1]])
+    assert torch.allclose(full, cut, atol=1e-5)
+
+
+def test_truncated_episodes_bootstrap_from_the_state_they_were_left_in(nav):
+    _, _, tokenizer, policy = nav
+    make_env = partial(scenarios.make, "navigation", n_agents=3, split="train", max_turns=2)
+    batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect([1, 2], sample_seed=0, record_state=True)
+    truncated = [e for e, ep in enumerate(batch.episodes) if ep.reason == "max_turns"]
+    assert truncated, "max_turns=2 must truncate some agents"
+    for centralized in (True, False):
+        critic = critic_for(tokenizer, centralized)
+        inputs = critic.inputs(batch, range(len(batch.episodes)))
+        assert {-1 - r for r in inputs.turns if r < 0} == set(truncated)
+    assert all(batch.episodes[e].final_observation and batch.episodes[e].final_state for e in truncated)
+
+
+def test_each_agent_is_played_and_scored_by_its_own_teams_model(tmp_path):
+    cfg, make_env, tokenizer, predator = policy_for("predator_prey", 4, tmp_path)
+    torch.manual_seed(1)
+    prey_model = copy.deepcopy(predator.model)
+    with torch.no_grad():
+        for p in prey_model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)  # a clearly different model
+    prey = LLMPolicy(prey_model, tokenizer)
+    kind = scenarios.info("predator_prey").kind
+    policies = PolicyMap({"team_predator": predator, "team_prey": prey},
+                         partial(policy_id, "team", kind=kind))
+    batch = RolloutWorker(make_env, policies, ChatFormat(tokenizer)).collect([0, 1], sample_seed=2)
+    env = make_env()
+    env.reset(seed=0)
+    for ep in batch.episodes:
+        assert ep.policy == f"team_{env.team_of(ep.agent)}"
+    for pid, own, other in (("team_predator", predator, prey), ("team_prey", prey, predator)):
+        part = subset(batch, lambda ep, pid=pid: ep.policy == pid)
+        turns = part.turns
+        assert turns and len(part.episodes) == 4
+        args = ([t.prompt_ids for t in turns], [t.action_ids for t in turns], [t.allowed for t in turns])
+        with torch.no_grad():
+            mine, theirs = own.sequence_logprobs(*args), other.sequence_logprobs(*args)
+        gap_own = max((mine.logprobs[r, : len(t.action_ids)] - torch.tensor(t.logprobs)).abs().max().item()
+                      for r, t in enumerate(turns))
+        gap_other = max((theirs.logprobs[r, : len(t.action_ids)] - torch.tensor(t.logprobs)).abs().max().item()
+                        for r, t in enumerate(turns))
+        assert gap_own < 1e-4 < gap_other
+
+
+def test_loss_terms_are_named_weighted_logged_and_open(nav, tmp_path):
+    cfg, make_env, tokenizer, policy = nav
+    policy = LLMPolicy(copy.deepcopy(policy.model), tokenizer)
+    chat = ChatFormat(tokenizer)
+    worker = RolloutWorker(make_env, policy, chat)
+    demos = conversations(chat, demonstration_episodes(worker, list(range(8))))
+    rl = copy.deepcopy(cfg.rl)
+    rl.ptx_coef, rl.value_coef, rl.entropy_coef = 0.7, 0.3, 0.01
+    learner = Learner(policy, frozen_reference(policy), rl, aux_coef=0.001, critic=critic_for(tokenizer, False),
+                      demonstrations=demos)
+    learner.add_term("probe", lambda ctx: ctx.scores.logprobs.sum() * 0.0 + 2.0, weight=0.25)
+    with pytest.raises(ValueError, match="already exists"):
+        learner.add_term("kl", lambda ctx: torch.zeros(()), weight=1.0)
+    batch = worker.collect([0, 0, 1, 1], groups=[0, 0, 1, 1], sample_seed=4)
+    values, bootstrap = learner.critic.batch_values(batch)
+    metrics = learner.update(batch, gae_advantages(batch, values, bootstrap, 1.0, 0.95))
+    assert metrics["loss/probe"] == 2.0 and metrics["loss_weight/probe"] == 0.25
+    assert metrics["loss_weight/ptx"] == 0.7 and metrics["loss_weight/value"] == 0.3
+    assert metrics["loss_weight/entropy"] == -0.01 and metrics["loss_weight/moe_aux"] == 0.001
+    for key in ("train/policy_loss", "train/value_loss", "train/ptx_loss", "train/kl", "train/entropy",
+                "moe/aux_loss", "moe/rollout_train_logprob_gap", "moe/expert_load_max/layer_0"):
+        assert np.isfinite(metrics[key]), key
+    assert metrics["moe/rollout_train_logprob_gap"] < 1e-4  # same weights, same masks: same numbers
+    total = sum(metrics[f"loss_weight/{k}"] * v for k, v in (
+        ("policy", metrics["train/policy_loss"]), ("kl", metrics["train/kl"]),
+        ("entropy", metrics["train/entropy"]), ("moe_aux", metrics["moe/aux_loss"]),
+        ("value", metrics["train/value_loss"]), ("ptx", metrics["train/ptx_loss"]), ("probe", 2.0)))
+    assert metrics["train/loss"] == pytest.approx(total, rel=1e-4)  # means of a linear sum: exact
