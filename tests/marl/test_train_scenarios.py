@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import scenarios
+from marl.checkpoint import read_meta
 from marl.cli import EvalArgs
 from marl.config import ConfigError, TrainConfig
 from marl.evaluation_cli import run_eval
@@ -21,16 +22,22 @@ CASES = [("navigation", 3), ("predator_prey", 4), ("repeated_game", 3), ("bargai
          ("tool_use", 2)]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "n_agents"), CASES)
-def test_scenario_trains_end_to_end(tmp_path, name, n_agents):
-    cfg = TrainConfig(scenario=name, agents=n_agents, iterations=1, eval_episodes=2, output_dir=str(tmp_path / "runs"))
+def tiny(tmp_path, **fields) -> TrainConfig:
+    """A run that exercises every stage in seconds."""
+    cfg = TrainConfig(iterations=1, eval_episodes=2, output_dir=str(tmp_path / "runs"), **fields)
     cfg.sft.seconds, cfg.sft.episodes, cfg.sft.batch_size = 2.0, 16, 4
     cfg.policy.tokenizer_episodes = 40
     cfg.rl.tasks_per_iteration, cfg.rl.group_size = 2, 2
     cfg.tracking.tracking_uri = f"sqlite:///{tmp_path}/mlflow.db"
     cfg.tracking.artifact_location = str(tmp_path / "mlruns")
     cfg.tracking.transcripts = 1
+    return cfg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "n_agents"), CASES)
+def test_scenario_trains_end_to_end(tmp_path, name, n_agents):
+    cfg = tiny(tmp_path, scenario=name, agents=n_agents)
 
     result = train(cfg)
 
@@ -49,13 +56,9 @@ def test_scenario_trains_end_to_end(tmp_path, name, n_agents):
 
 @pytest.mark.slow
 def test_training_with_shared_observations_logs_the_graph_and_message_stats(tmp_path):
-    cfg = TrainConfig(scenario="info_split", agents=3, iterations=2, eval_episodes=2, output_dir=str(tmp_path / "runs"))
-    cfg.sft.seconds, cfg.sft.episodes, cfg.sft.batch_size = 2.0, 16, 4
-    cfg.policy.tokenizer_episodes = 40
-    cfg.rl.tasks_per_iteration, cfg.rl.group_size = 2, 2
+    cfg = tiny(tmp_path, scenario="info_split", agents=3)
+    cfg.iterations = 2
     cfg.comms.topology, cfg.comms.drop = "ring", 0.3
-    cfg.tracking.tracking_uri = f"sqlite:///{tmp_path}/mlflow.db"
-    cfg.tracking.artifact_location = str(tmp_path / "mlruns")
 
     result = train(cfg)
 
@@ -89,3 +92,38 @@ def test_a_bad_comms_setting_says_what_to_change():
     cfg.comms.topology, cfg.comms.drop = "ring", 1.5
     with pytest.raises(ConfigError, match="drop"):
         cfg.validate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "grpo"])
+def test_single_agent_tool_use_trains_through_every_algorithm(tmp_path, algo):
+    # N=1 is the multi-agent code path with one agent: same rollout, advantages, learner, checkpoint.
+    cfg = tiny(tmp_path, scenario="tool_use", algo=algo)
+    cfg.iterations = 2
+    result = train(cfg)
+    run = MlflowClient(tracking_uri=cfg.tracking.tracking_uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["algo"] == algo
+    metrics = run.data.metrics
+    critic = algo != "grpo"
+    assert ("train/value_loss" in metrics) == critic
+    assert ("rollout/zero_variance_group_frac" in metrics) == (not critic)
+    for key in ("train/policy_loss", "train/kl", "loss_weight/policy", "moe/rollout_train_logprob_gap",
+                "eval/basic/success_rate"):
+        assert key in metrics, key
+    assert (result.checkpoint / "critics" / "shared" / "value_head.safetensors").is_file() == critic
+
+
+@pytest.mark.slow
+def test_competitive_scenario_trains_one_model_per_team(tmp_path):
+    cfg = tiny(tmp_path, scenario="predator_prey", agents=4, algo="mappo", policy_mapping="team")
+    result = train(cfg)
+    run = MlflowClient(tracking_uri=cfg.tracking.tracking_uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    metrics = run.data.metrics
+    for team in ("team_predator", "team_prey"):
+        assert f"policy/{team}/train/kl" in metrics and f"policy/{team}/train/value_loss" in metrics
+    meta = read_meta(result.checkpoint)
+    assert meta["policies"] == ["team_predator", "team_prey"] and meta["policy_mapping"] == "team"
+    assert (result.checkpoint / "policies" / "team_prey" / "model.safetensors").is_file()
+    report = run_eval(EvalArgs(checkpoint=str(result.checkpoint), split="basic", episodes=2))
+    assert report["agents"] == 4 and report["agent_episodes"] == 8

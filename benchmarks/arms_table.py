@@ -1,0 +1,138 @@
+"""Compare training arms (algorithms, topologies, ...) on one scenario: seeds x arms, held-out table.
+
+Each arm is a name and the `marl train` flags that make it; every arm gets the same common flags
+(scenario, agents, budgets), so arms differ only where they are meant to. Per seed and arm: one
+`marl train` run (held-out evaluation on every non-training split), then optional extra evaluations
+of its checkpoint with `marl eval` flags (e.g. the same team under 30% message drop). Prints a
+markdown table (mean ± std over seeds of success and return per split) and, for named pairs, the
+per-seed differences measured in this one run. Everything lands in one MLflow experiment, so the
+curves can be compared in the UI.
+
+    python benchmarks/arms_table.py --scenario navigation --agents 3 --seeds 0 1 2 \\
+        --common "--sft.seconds 60 --rl.seconds 120" \\
+        --arm "grpo=--algo grpo" --arm "ippo=--algo ippo" --arm "mappo=--algo mappo" --pair mappo,ippo
+
+    python benchmarks/arms_table.py --scenario info_split --agents 4 --seeds 0 1 2 \\
+        --arm "none=" --arm "ring=--comms.topology ring" --arm "full=--comms.topology full" \\
+        --arm "full+drop=--comms.topology full --comms.drop 0.3" \\
+        --eval "drop30=--comms-drop 0.3" --pair ring,none --pair full,none
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+
+def marl(args: list[str], cwd: Path) -> str:
+    proc = subprocess.run([sys.executable, "-m", "marl.cli", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"marl {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def named(spec: str) -> tuple[str, list[str]]:
+    """`name=--flag value ...` -> (name, flags)."""
+    if "=" not in spec:
+        raise SystemExit(f"{spec!r}: write an arm or evaluation as NAME=FLAGS (FLAGS may be empty)")
+    name, flags = spec.split("=", 1)
+    return name.strip(), shlex.split(flags)
+
+
+def train_arm(cwd: Path, uri: str, experiment: str, run_name: str, flags: list[str]) -> tuple[dict[str, float], str]:
+    out = marl(["train", "--tracking-uri", uri, "--experiment", experiment, "--run-name", run_name, *flags], cwd)
+    lines = out.splitlines()
+    run_id = next(line.split()[1] for line in lines if line.startswith("run_id: ") and "(" not in line)
+    checkpoint = next(line.split(maxsplit=1)[1] for line in lines if line.startswith("checkpoint: "))
+    metrics = MlflowClient(tracking_uri=uri).get_run(run_id).data.metrics
+    figures = {k.removeprefix("eval/"): v for k, v in metrics.items() if k.startswith("eval/")}
+    figures["train_seconds"] = metrics.get("sft/seconds", 0.0) + metrics.get("perf/elapsed_s", 0.0)
+    return figures, checkpoint
+
+
+def extra_eval(cwd: Path, checkpoint: str, splits: list[str], episodes: int, flags: list[str]) -> dict[str, float]:
+    out = {}
+    for split in splits:
+        line = marl(["eval", "--checkpoint", checkpoint, "--split", split, "--episodes", str(episodes), *flags], cwd)
+        report = json.loads(line.strip().splitlines()[-1])
+        out[f"{split}/success_rate"] = report["success_rate"]
+        out[f"{split}/return_mean"] = report["return_mean"]
+    return out
+
+
+def cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", required=True)
+    parser.add_argument("--agents", type=int, default=None)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--arm", action="append", required=True, help="NAME=FLAGS for `marl train` (repeatable)")
+    parser.add_argument("--eval", action="append", default=[], help="NAME=FLAGS for an extra `marl eval` of every "
+                        "checkpoint (repeatable)")
+    parser.add_argument("--common", default="", help="flags every arm gets (budgets, eval episodes, ...)")
+    parser.add_argument("--episodes", type=int, default=100, help="held-out episodes per split")
+    parser.add_argument("--pair", action="append", default=[], help="A,B: report A minus B per seed (repeatable)")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/marl-arms"))
+    parser.add_argument("--experiment", default=None)
+    args = parser.parse_args()
+    import scenarios
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{args.workdir.resolve()}/mlflow.db"
+    experiment = args.experiment or f"arms-{args.scenario}"
+    splits = [s for s in scenarios.info(args.scenario).splits if s != "train"]
+    agents = ["--agents", str(args.agents)] if args.agents else []
+    common = ["--scenario", args.scenario, *agents, "--eval-episodes", str(args.episodes), *shlex.split(args.common)]
+    arms = [named(a) for a in args.arm]
+    evals = [named(e) for e in args.eval]
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in arms}
+    for name, _ in evals:
+        for arm, _ in arms:
+            results[f"{arm} @ {name}"] = []
+    for seed in args.seeds:
+        for arm, flags in arms:
+            figures, checkpoint = train_arm(args.workdir, uri, experiment, f"{arm}-s{seed}",
+                                            [*common, "--seed", str(seed), *flags])
+            results[arm].append(figures)
+            for ev, ev_flags in evals:
+                results[f"{arm} @ {ev}"].append(extra_eval(args.workdir, checkpoint, splits, args.episodes, ev_flags))
+            shown = ", ".join(f"{s} {figures.get(f'{s}/success_rate', float('nan')):.3f}" for s in splits)
+            print(f"seed {seed} {arm}: {shown} ({figures['train_seconds']:.0f} s of training)", flush=True)
+    print(f"\n{args.scenario}, agents {args.agents or 'default'}, seeds {args.seeds}, {args.episodes} held-out "
+          f"episodes per split, greedy; common flags: {' '.join(common)}\n")
+    header = " | ".join(f"{s} success | {s} return" for s in splits)
+    print(f"| arm | {header} | train seconds |")
+    print("|---|" + "---|" * (2 * len(splits) + 1))
+    for name, rows in results.items():
+        cells = []
+        for s in splits:
+            cells.append(cell([r[f"{s}/success_rate"] for r in rows if f"{s}/success_rate" in r]))
+            cells.append(cell([r[f"{s}/return_mean"] for r in rows if f"{s}/return_mean" in r]))
+        secs = [r["train_seconds"] for r in rows if "train_seconds" in r]
+        print(f"| {name} | " + " | ".join(cells) + f" | {cell(secs)} |")
+    for pair in args.pair:
+        a, b = pair.split(",")
+        for s in splits:
+            diffs = [x[f"{s}/return_mean"] - y[f"{s}/return_mean"] for x, y in zip(results[a], results[b], strict=True)]
+            succ = [x[f"{s}/success_rate"] - y[f"{s}/success_rate"] for x, y in zip(results[a], results[b], strict=True)]
+            print(f"{a} minus {b} on {s}: success {', '.join(f'{d:+.3f}' for d in succ)} "
+                  f"(mean {statistics.mean(succ):+.3f}); return {', '.join(f'{d:+.3f}' for d in diffs)} "
+                  f"(mean {statistics.mean(diffs):+.3f})")
+
+
+if __name__ == "__main__":
+    main()
