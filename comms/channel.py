@@ -17,7 +17,7 @@ Per delivery (one sender, one receiver, one step), in this order:
    receiver has left the episode, are lost (``comms/expired``).
 
 Left out: who talks to whom (``comms/topology.py``), formatting items into observations
-(``comms/wrapper.py``) and free-form messages written by agents (``mode="message"``, later).
+(``comms/wrapper.py``) and what agents may say (``comms/messages.py``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-MODES: tuple[str, ...] = ("observation",)
-PLANNED_MODES: tuple[str, ...] = ("message",)
+MODES: tuple[str, ...] = ("observation", "message", "both")
 TRUNCATED_MARK = " ...[cut]"
 NOISE_CHARS = string.ascii_letters + string.digits + string.punctuation
 STAT_NAMES: tuple[str, ...] = ("sent", "delivered", "dropped", "delayed", "expired", "truncated",
-                               "corrupted_chars")
+                               "corrupted_chars", "messages", "malformed_messages")
 
 
 def _is_int(x: object) -> bool:
@@ -48,7 +47,7 @@ class ChannelConfig:
     """How shared content travels between neighbours; see the module docstring for the order of faults."""
 
     mode: str = "observation"
-    """What is shared: "observation" (each agent's latest observation text and action); "message" comes later."""
+    """What is shared: "observation" (latest observation text and action), "message" (agent-written "say" fields) or "both"."""
     budget_chars: int = 512
     """Size cap in characters of one delivered item (longer items are cut and end in " ...[cut]")."""
     total_chars: int | None = None
@@ -61,12 +60,22 @@ class ChannelConfig:
     """Probability in [0, 1], per character, that a delivered character becomes a random printable one."""
     seed: int = 0
     """Seed of the fault draws; mixed with the episode seed at reset(seed=...), so runs replay exactly."""
+    message_values: int = 16
+    """Message modes: an agent may say one of the last this-many scenario entities it has seen."""
+
+    @property
+    def shares_observations(self) -> bool:
+        return self.mode in ("observation", "both")
+
+    @property
+    def carries_messages(self) -> bool:
+        return self.mode in ("message", "both")
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            if self.mode in PLANNED_MODES:
-                raise ValueError(f"channel mode {self.mode!r} is not available yet; use mode='observation'")
             raise ValueError(f"channel mode must be one of {list(MODES)}, got {self.mode!r}")
+        if not _is_int(self.message_values) or self.message_values < 1:
+            raise ValueError(f"message_values must be an int >= 1, got {self.message_values!r}")
         if not _is_int(self.budget_chars) or self.budget_chars < len(TRUNCATED_MARK) + 1:
             raise ValueError(f"budget_chars must be an int >= {len(TRUNCATED_MARK) + 1} (room for the cut marker), "
                              f"got {self.budget_chars!r}")

@@ -19,11 +19,16 @@ whole and the team section is cut (with a marker) to the room left, or to ``tota
 the scenario has ``note_seen(agent, text)`` (``info_split``), the wrapper calls it with each
 delivered text, so the receiver's grammar admits the entities it saw.
 
+With channel mode ``"message"`` (or ``"both"``) agents also write: an action may end in a
+``"say"`` field (``comms/messages.py``), stripped before the scenario sees the action and
+delivered through the same channel as a line ``agent_1 (t=3) says: Sydney``; ``action_grammar``
+then offers every action with and without a message from the entities the agent has seen.
+Mode ``"message"`` shares nothing else; ``"both"`` shares observations too.
+
 The graph is rebuilt at every reset for the scenario's ``possible_agents`` (the team size may
 change between environments of a curriculum); ``topology_graph`` exposes it, ``stats()`` the
-channel's cumulative counts as ``comms/...`` metrics.
-
-Left out: agent-written messages (``mode="message"``), marl CLI flags and MLflow logging.
+channel's cumulative counts as ``comms/...`` metrics (``comms/messages`` counts messages written,
+``comms/malformed_messages`` the ``say`` fields that could not be read).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import networkx as nx
 from pettingzoo import ParallelEnv
 
 from comms.channel import Channel, ChannelConfig, cut
+from comms.messages import SeenEntities, split_message, with_messages
 from comms.topology import Topology, build, neighbours, receivers
 
 SECTION_HEADER = "\nteam:"
@@ -80,6 +86,8 @@ class CommsWrapper(ParallelEnv):
         self._text_space = {a: self._space_of(a) for a in env.possible_agents}
         self.topology_graph: nx.Graph = build(topology, list(env.possible_agents))
         self._step = 0
+        self._seen = SeenEntities(env.entity_vocabulary() if channel.carries_messages else (),
+                                  channel.message_values)
 
     # ----- delegated -----
     @property
@@ -110,7 +118,10 @@ class CommsWrapper(ParallelEnv):
         self.env.close()
 
     def action_grammar(self, agent: str) -> Any:
-        return self.env.action_grammar(agent)
+        grammar = self.env.action_grammar(agent)
+        if not self.channel_config.carries_messages:
+            return grammar
+        return with_messages(grammar, self._seen.of(agent))
 
     def expert_action(self, agent: str) -> str:
         return self.env.expert_action(agent)
@@ -133,13 +144,24 @@ class CommsWrapper(ParallelEnv):
         self.topology_graph = build(self.topology, list(self.env.possible_agents))
         self._text_space = {a: self._space_of(a) for a in self.env.possible_agents}
         self.channel.reset(seed)
+        self._seen.reset()
         self._step = 0
-        return self._share(obs, {}), infos
+        return self._share(obs, {}, {}), infos
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        messages: dict[str, str] = {}
+        if self.channel_config.carries_messages:
+            actions = dict(actions)
+            for agent, action in actions.items():
+                if isinstance(action, str):
+                    actions[agent], message, malformed = split_message(action)
+                    self.channel.counts["malformed_messages"] += malformed
+                    if message is not None:
+                        messages[agent] = message
+                        self.channel.counts["messages"] += 1
         obs, rewards, terms, truncs, infos = self.env.step(actions)
         self._step += 1
-        return self._share(obs, actions), rewards, terms, truncs, infos
+        return self._share(obs, actions, messages), rewards, terms, truncs, infos
 
     def _space_of(self, agent: str) -> tuple[int, frozenset[str]]:
         space = self.env.observation_space(agent)
@@ -151,22 +173,26 @@ class CommsWrapper(ParallelEnv):
                              "Wrap a text scenario (scenarios.make(...))")
         return int(text.max_length), frozenset(text.character_set)
 
-    def _share(self, obs: dict[str, Any], actions: dict[str, Any]) -> dict[str, Any]:
-        graph, step = self.topology_graph, self._step
+    def _share(self, obs: dict[str, Any], actions: dict[str, Any], messages: dict[str, str]) -> dict[str, Any]:
+        graph, step, cfg = self.topology_graph, self._step, self.channel_config
         live = set(self.env.agents)
         for sender in self.env.possible_agents:  # fixed order: the fault draws replay exactly
-            if sender not in live or sender not in obs:
+            targets = [r for r in receivers(graph, sender) if r in obs]
+            if sender in messages:  # the last words of an agent that just left still go out
+                self.channel.send(step, sender, targets, f"says: {_one_line(messages[sender])}")
+            if not cfg.shares_observations or sender not in live or sender not in obs:
                 continue  # agents that left stop sending
             item = f"saw: {_one_line(str(obs[sender]['text']))}"
             if sender in actions:
                 action = actions[sender]
                 item += f" | did: {_one_line(action if isinstance(action, str) else repr(action))}"
-            targets = [r for r in receivers(graph, sender) if r in obs]
             self.channel.send(step, sender, targets, item)
         arrived = self.channel.deliver(step, set(obs))
         note = getattr(self.env, "note_seen", None)
         out = {}
         for agent, ob in obs.items():
+            if cfg.carries_messages:
+                self._seen.note(agent, str(ob["text"]))
             items = [d for d in arrived.get(agent, []) if graph.has_node(d.sender)
                      and d.sender in neighbours(graph, agent)]  # guard: never show a non-neighbour
             if not items:
@@ -177,6 +203,8 @@ class CommsWrapper(ParallelEnv):
                 for line in lines:
                     note(agent, line)
             out[agent] = {**ob, "text": self._compose(agent, str(ob["text"]), lines)}
+            if cfg.carries_messages:
+                self._seen.note(agent, "\n".join(lines))  # what neighbours said can be relayed
         return out
 
     def _compose(self, agent: str, own: str, lines: list[str]) -> str:
@@ -192,11 +220,11 @@ class CommsWrapper(ParallelEnv):
 
 def wrap(env: ParallelEnv, topology: Topology | str | nx.Graph = "full",
          channel: ChannelConfig | None = None) -> CommsWrapper:
-    """Wrap ``env`` so each agent's observation shows what its in-neighbours in ``topology`` shared.
+    """Wrap ``env`` so each agent's observation shows what its in-neighbours in ``topology`` shared or said.
 
     ``topology``: a ``Topology``, a spec string (``"full"``, ``"ring"``, ``"random:p=0.3"``) or a
-    networkx graph over agent ids or indices. ``channel``: a ``ChannelConfig`` (default: lossless,
-    no delay, 512 characters per item).
+    networkx graph over agent ids or indices. ``channel``: a ``ChannelConfig`` (default: shared
+    observations, lossless, no delay, 512 characters per item; ``mode="message"`` for messages).
     """
     return CommsWrapper(env, topology=topology, channel=channel)
 

@@ -132,6 +132,10 @@ class CommsConfig:
 
     topology: str = "none"
     """`none`, or a topology spec: full, empty, ring, line, star, grid, random:p=0.3,seed=1, small_world:k=4,p=0.1."""
+    mode: str = "observation"
+    """What travels: `observation` (each agent's latest observation and action), `message` (a "say" field agents may add to actions), `both`."""
+    message_values: int = 16
+    """Message modes: an agent may say one of the last this-many scenario entities it has seen."""
     drop: float = 0.0
     """Probability that a shared item is lost on its way."""
     delay: int = 0
@@ -203,7 +207,8 @@ class TrainConfig:
 
         c = self.comms
         budget = c.budget_chars or max(64, 2048 // max(self.agents or 1, 1))
-        return ChannelConfig(drop=c.drop, delay=c.delay, noise=c.noise, budget_chars=budget, seed=c.seed)
+        return ChannelConfig(mode=c.mode, drop=c.drop, delay=c.delay, noise=c.noise, budget_chars=budget, seed=c.seed,
+                             message_values=c.message_values)
 
     def validate(self) -> TrainConfig:
         """Check every field; raise ConfigError naming the field and the fix."""
@@ -228,6 +233,9 @@ class TrainConfig:
             scenarios.make(self.scenario, n_agents=self.agents, **self.scenario_options)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"scenario_options for {self.scenario}: {err}") from err
+        if self.comms.topology == "none" and self.comms.mode != "observation":
+            raise ConfigError(f"comms.mode={self.comms.mode!r} needs a graph to send on: set comms.topology "
+                              "(e.g. ring or full)")
         if self.comms.topology != "none":
             try:
                 self.comms_channel()

@@ -7,7 +7,7 @@ from comms.channel import NOISE_CHARS, cut
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"mode": "message"}, "not available yet; use mode='observation'"),
+    ({"mode": "shout"}, "channel mode must be one of"),
     ({"mode": "telepathy"}, "mode must be one of"),
     ({"budget_chars": 3}, "budget_chars must be an int >="),
     ({"budget_chars": 10.5}, "budget_chars must be an int"),

@@ -28,6 +28,8 @@ def test_defaults_validate():
         (lambda c: setattr(c.rl, "gae_lambda", 1.5), "rl.gae_lambda=1.5"),
         (lambda c: setattr(c.rl, "ptx_coef", -1.0), "rl.ptx_coef"),
         (lambda c: setattr(c.critic, "learning_rate", 0.0), "critic.learning_rate"),
+        (lambda c: setattr(c.comms, "mode", "message"), "needs a graph"),
+        (lambda c: (setattr(c.comms, "topology", "ring"), setattr(c.comms, "mode", "shout")), "channel mode"),
         (lambda c: setattr(c.rl, "kl_coef", float("nan")), "rl.kl_coef"),
     ],
 )

@@ -58,7 +58,7 @@ def test_scenario_trains_end_to_end(tmp_path, name, n_agents):
 def test_training_with_shared_observations_logs_the_graph_and_message_stats(tmp_path):
     cfg = tiny(tmp_path, scenario="info_split", agents=3)
     cfg.iterations = 2
-    cfg.comms.topology, cfg.comms.drop = "ring", 0.3
+    cfg.comms.topology, cfg.comms.drop, cfg.comms.mode = "ring", 0.3, "both"
 
     result = train(cfg)
 
@@ -71,6 +71,7 @@ def test_training_with_shared_observations_logs_the_graph_and_message_stats(tmp_
     sent = run.data.metrics["comms/sent"]
     assert sent > 0 and run.data.metrics["comms/delivered"] < sent  # 30% drop
     assert 0.0 < run.data.metrics["comms/drop_rate"] < 1.0
+    assert run.data.metrics["comms/messages"] > 0  # the sampled policy used the "say" field
 
     # The checkpoint carries its sharing; `marl eval` can also evaluate under another channel.
     base = EvalArgs(checkpoint=str(result.checkpoint), split="basic", episodes=3)
