@@ -56,8 +56,8 @@ class PolicyMap:
         self.policies = policies
         self.route = route
         first = next(iter(policies.values()))
-        self.constrained = first.constrained
-        self.tokenizer = first.tokenizer
+        self.constrained = getattr(first, "constrained", True)  # scripted policies follow the grammar
+        self.tokenizer = getattr(first, "tokenizer", None)
 
     def __getitem__(self, pid: str) -> Any:
         return self.policies[pid]
