@@ -77,7 +77,7 @@ class RLConfig:
     tasks_per_iteration: int = 16
     """Distinct task seeds per iteration."""
     group_size: int = 8
-    """Rollouts per task seed; the group mean and std are the baseline (needs >= 2)."""
+    """Rollouts per task seed; `grpo`'s group baseline compares them (needs >= 2), critic-based algos just see more data."""
     learning_rate: float = 1e-4
     """Adam learning rate of the RL phase (5e-4 drifted to KL 0.1-0.5 within ten updates, learning nothing)."""
     epochs: int = 1
