@@ -31,21 +31,31 @@ _WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
 def split_message(action: str) -> tuple[str, str | None, bool]:
-    """(action for the scenario, message or None, whether a message field was malformed)."""
-    match = _TAIL.search(action)
-    if match:  # the grammar's own form: strip the field textually, keeping the action byte for byte
-        message = match.group(1)
-        return action[: match.start()] + "}", (message if message.strip() else None), not message.strip()
+    """(action for the scenario, message or None, whether a message field was malformed).
+
+    Only a top-level ``say`` key is a message (a tool argument may be called ``say``). When the
+    action is in the grammar's own form, the field is cut out textually, so the scenario gets the
+    action byte for byte as it would have been without a message.
+    """
     if f'"{SAY_KEY}"' not in action:
         return action, None, False
     try:
         data = json.loads(action)
     except (json.JSONDecodeError, RecursionError):
         return action, None, True
-    if not isinstance(data, dict) or SAY_KEY not in data:
+    if not isinstance(data, dict):
         return action, None, True
+    if SAY_KEY not in data:
+        return action, None, False
     message = data.pop(SAY_KEY)
     rest = json.dumps(data)
+    match = _TAIL.search(action)
+    if match:
+        try:
+            if json.loads(action[: match.start()] + "}") == data:
+                rest = action[: match.start()] + "}"
+        except (json.JSONDecodeError, RecursionError):
+            pass
     if not isinstance(message, str) or not message.strip():
         return rest, None, True
     return rest, message, False

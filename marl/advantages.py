@@ -127,7 +127,10 @@ class RunningBaseline:
             returns = np.array([episodes[i].ret for i in idxs], dtype=np.float64)
             if role not in self.mean:  # first sight of a role: the batch itself is the baseline
                 self.mean[role], self.var[role] = float(returns.mean()), float(returns.var())
-            adv[idxs] = (returns - self.mean[role]) / (np.sqrt(self.var[role]) + eps)
+            # A role whose returns have not varied yet (all failures early in RL) is only centred:
+            # dividing by a zero spread would turn the first success into a 1e6 advantage.
+            scale = np.sqrt(self.var[role]) if self.var[role] > eps else 1.0
+            adv[idxs] = (returns - self.mean[role]) / scale
             include[idxs] = True
             m = self.momentum
             batch_mean = float(returns.mean())

@@ -33,7 +33,9 @@ def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: dict[str
     """
     path = Path(path)
     extra_models = extra_models or {}
-    for label, m in {"policy": model, **extra_models, **(critics or {})}.items():
+    labelled = {"policy": model, **{f"policy {pid}": m for pid, m in extra_models.items()},
+                **{f"critic {pid}": m for pid, m in (critics or {}).items()}}
+    for label, m in labelled.items():
         for name, tensor in m.state_dict().items():
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
                 raise CheckpointError(f"refusing to checkpoint non-finite weights ({label}: {name}); "

@@ -95,7 +95,7 @@ class RLConfig:
     gae_lambda: float = 0.95
     """GAE lambda (critic-based algorithms)."""
     value_coef: float = 0.5
-    """Weight of the critic's value loss in the summed loss (critic-based algorithms)."""
+    """Weight of the value loss in the summed loss; the critic has its own Adam, so its step size is critic.learning_rate."""
     baseline: str = "group"
     """Critic-free baseline of `grpo`: `group` (rollouts of the same seed) or `running` (per-role running mean, for competitive self-play)."""
     normalize_by: str = "agent"
@@ -284,6 +284,14 @@ class TrainConfig:
         for name in ("value_coef", "ptx_coef"):
             if getattr(r, name) < 0 or not math.isfinite(getattr(r, name)):
                 raise ConfigError(f"rl.{name} must be a finite number >= 0")
+        if r.ptx_coef > 0 and s.episodes <= 0:
+            raise ConfigError("rl.ptx_coef > 0 trains on demonstrations: set sft.episodes > 0")
+        if algo.critic is not None and r.value_coef == 0:
+            raise ConfigError(f"algo={self.algo} has a critic; rl.value_coef=0 would never train it (use > 0)")
+        if algo.critic is not None and r.baseline != "group":
+            raise ConfigError(f"rl.baseline={r.baseline!r} is for critic-free algos; {self.algo} uses its critic")
+        if r.sequence_clip_eps >= 1:
+            raise ConfigError(f"rl.sequence_clip_eps={r.sequence_clip_eps} must be < 1 (GSPO uses ~4e-4)")
         _positive(self.critic, "learning_rate", prefix="critic.")
         if r.seconds < 0:
             raise ConfigError("rl.seconds must be >= 0")

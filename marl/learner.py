@@ -135,7 +135,8 @@ class Learner:
         self.cfg = cfg
         self.aux_coef = aux_coef
         self.critic = critic
-        self.demos = demonstrations if demonstrations and cfg.ptx_coef > 0 else None
+        has_demos = bool(demonstrations and demonstrations.get("input_ids"))
+        self.demos = demonstrations if has_demos and cfg.ptx_coef > 0 else None
         self.kl = AdaptiveKL(cfg.kl_coef, cfg.target_kl)
         self.optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
         self.rng = np.random.default_rng(seed)
@@ -256,7 +257,9 @@ class Learner:
             return self._skip(out)
         self.optimizer.step()
         if self.critic is not None:
-            out["train/value_grad_norm"] = self.critic.step()
+            norm = self.critic.step()
+            out["train/value_grad_norm"] = norm
+            out["train/value_nonfinite_skips"] = float(not math.isfinite(norm))
         self.nonfinite_streak = 0
         self.updates += 1
         return out

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 MAPPING_MODES = ("shared", "team", "agent")
 SHARED = "shared"
 
@@ -81,11 +83,14 @@ class PolicyMap:
         allowed: list[Any] = [None] * n
         finished: list[Any] = [None] * n
         prompt_tokens: list[Any] = [0] * n
-        for pid, policy in self.policies.items():
+        for k, (pid, policy) in enumerate(self.policies.items()):
             rows = [r for r in range(n) if owners[r] == pid]
             if not rows:
                 continue
-            gen = policy.generate([prompts[r] for r in rows], [grammars[r] for r in rows], **kwargs)
+            call = dict(kwargs)
+            if call.get("seed") is not None and k:  # each policy its own sampling stream
+                call["seed"] = int(np.random.SeedSequence([call["seed"], k]).generate_state(1)[0])
+            gen = policy.generate([prompts[r] for r in rows], [grammars[r] for r in rows], **call)
             for k, r in enumerate(rows):
                 token_ids[r], logprobs[r], texts[r] = gen.token_ids[k], gen.logprobs[k], gen.texts[k]
                 allowed[r], finished[r] = gen.allowed[k], gen.finished[k]

@@ -156,7 +156,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         last_iteration, critics = 0, {}
         if cfg.iterations > 0 and cfg.rl.seconds > 0:
             if cfg.rl.ptx_coef > 0 and demos is None:
-                demos = conversations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes)))
+                demos = demonstrations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes)))
             last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         ids = list(policies.policies)
@@ -182,6 +182,7 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     t0 = time.perf_counter()
     episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes))
     columns = conversations(chat, episodes)
+    agents = [ep.agent for ep in episodes]
     bar = tqdm(total=int(cfg.sft.seconds), desc="sft (s)", unit="s", leave=False)
 
     def progress(elapsed: float) -> None:
@@ -193,7 +194,20 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     tr.log_metrics(figures, step=0)
     print(f"sft: {int(figures['sft/steps'])} steps in {figures['sft/seconds']:.0f}s, "
           f"mean loss {figures['sft/mean_loss']:.3f}", flush=True)
-    return columns
+    return {**columns, "agents": agents}
+
+
+def demonstrations(chat: Any, episodes: list[Any]) -> dict[str, list[Any]]:
+    """SFT columns of expert episodes plus the agent of each (PPO-ptx gives each policy its own agents')."""
+    return {**conversations(chat, episodes), "agents": [ep.agent for ep in episodes]}
+
+
+def demos_for(demos: dict[str, list[Any]] | None, owner: dict[str, str], pid: str) -> dict[str, list[Any]] | None:
+    """The demonstrations of the agents that policy `pid` plays."""
+    if demos is None:
+        return None
+    keep = [i for i, agent in enumerate(demos["agents"]) if owner.get(agent) == pid]
+    return {key: [demos[key][i] for i in keep] for key in ("input_ids", "assistant_masks")}
 
 
 def build_policy_map(cfg: TrainConfig, policy: Any, make_env: Any) -> PolicyMap:
@@ -233,9 +247,12 @@ def frozen_reference(policy: Any) -> Any:
                      temperature=policy.temperature, max_new_tokens=policy.max_new_tokens)
 
 
-def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any) -> dict[str, Learner]:
-    """One learner per policy, each with its own optimizer, reference, KL controller and critic."""
+def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any, make_env: Any) -> dict[str, Learner]:
+    """One learner per policy, each with its own optimizer, reference, KL controller, critic and demonstrations."""
     algo = algorithms.get(cfg.algo)
+    probe = make_env()
+    probe.reset(seed=0)
+    owner = {agent: policies.policy_of(probe, agent) for agent in probe.possible_agents}
     learners = {}
     for k, (pid, policy) in enumerate(policies.policies.items()):
         critic = None
@@ -245,7 +262,7 @@ def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any)
             model.to(policy.device)
             critic = Critic(model, tok, chat, algo.centralized_critic, cfg.critic.learning_rate, cfg.rl.max_grad_norm)
         learners[pid] = Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
-                                seed=cfg.seed + k, critic=critic, demonstrations=demos)
+                                seed=cfg.seed + k, critic=critic, demonstrations=demos_for(demos, owner, pid))
     return learners
 
 
@@ -253,7 +270,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
                demos: Any, rng: np.random.Generator) -> tuple[int, dict[str, Any]]:
     """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics."""
     algo = algorithms.get(cfg.algo)
-    learners = build_learners(cfg, policies, chat, demos)
+    learners = build_learners(cfg, policies, chat, demos, worker.make_env)
     role_of = role_function(cfg, worker.make_env)
     baselines = {pid: RunningBaseline() for pid in learners} if cfg.rl.baseline == "running" else {}
     start = time.perf_counter()

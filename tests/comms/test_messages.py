@@ -23,6 +23,9 @@ from comms import ChannelConfig, neighbours, split_message
         ('not json at all, "say"', ('not json at all, "say"', None, True)),
         ('["say"]', ('["say"]', None, True)),
         ("", ("", None, False)),
+        # a tool argument named "say" is the scenario's business, not a message
+        ('{"tool": "t", "args": {"q": "hi", "say": "Sydney"}}', ('{"tool": "t", "args": {"q": "hi", "say": "Sydney"}}',
+                                                              None, False)),
     ],
 )
 def test_split_message(action, expected):

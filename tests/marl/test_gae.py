@@ -94,3 +94,13 @@ def test_running_baseline_is_per_role_and_moves_slowly():
     before = dict(baseline.mean)
     assert baseline(fault, role_of=lambda a: a).harness_faults == 1
     assert baseline.mean == before
+
+
+def test_running_baseline_never_divides_by_a_zero_spread():
+    baseline = RunningBaseline(momentum=0.9)
+    failures = [Episode(seed=0, group=0, agent="agent_0", ret=0.0, reason="failure") for _ in range(2)]
+    first = baseline(failures, role_of=lambda a: a)
+    np.testing.assert_allclose(first.advantages, [0.0, 0.0])
+    mixed = [Episode(seed=1, group=0, agent="agent_0", ret=r, reason="success") for r in (1.0, 0.0)]
+    second = baseline(mixed, role_of=lambda a: a)
+    assert np.all(np.abs(second.advantages) <= 1.0)  # centred only: never a 1e6 spike

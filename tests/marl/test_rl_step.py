@@ -139,3 +139,22 @@ def test_checkpoint_refuses_nan_and_keeps_the_last_good_one(setup, tmp_path):
         save_checkpoint(path, model, tokenizer, {"iteration": 2})
     assert read_meta(path)["iteration"] == 1
     assert (path / "model.safetensors").is_file()
+
+
+def test_checkpoint_checks_every_policy_and_critic_of_a_mapping(setup, tmp_path):
+    from policies.value_model import build_value_model
+
+    _, _, tokenizer, model, _ = setup
+    good, bad = copy.deepcopy(model), copy.deepcopy(model)
+    critic = build_value_model("tiny-critic", len(tokenizer), tokenizer.pad_token_id)
+    path = save_checkpoint(tmp_path / "ckpt", good, tokenizer, {"iteration": 1}, extra_models={"team_b": good},
+                           critics={"team_b": critic})
+    assert (path / "policies" / "team_b" / "model.safetensors").is_file()
+    assert (path / "critics" / "team_b" / "value_head.safetensors").is_file()
+    with torch.no_grad():
+        next(bad.parameters()).fill_(float("nan"))
+    # Same id for a policy and a critic: the bad policy must not hide behind the good critic.
+    with pytest.raises(CheckpointError, match="policy team_b"):
+        save_checkpoint(path, good, tokenizer, {"iteration": 2}, extra_models={"team_b": bad},
+                        critics={"team_b": critic})
+    assert read_meta(path)["iteration"] == 1
