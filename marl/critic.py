@@ -6,9 +6,13 @@
 - Decentralized (`ippo`): the critic reads the agent's own conversation, exactly the token ids
   the policy saw; one forward over the episode gives the value before every turn.
 
-Truncated episodes (`max_turns`) also get the value of the state they were left in, which GAE
-bootstraps from. Decentralized actors never read `state()`: only this module does, and only
-during training. Left out: value clipping and return normalization (rewards here are O(1)).
+Truncated episodes (`max_turns`) also get the value of the state they were left in (the final
+global state, or the conversation plus the final observation), which GAE bootstraps from. The
+critic only ever gets targets for states where an agent acts, so that read is the usual time-limit
+extrapolation; the scenarios show the turn count in `state()`, which lets a centralized critic
+learn that a spent budget is worth little. Decentralized actors never read `state()`: only this
+module does, and only during training. Left out: value clipping and return normalization
+(rewards here are O(1)).
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ class Critic:
                     positions.append([len(ids) - 1])
                     reads.append(i)
                 if bootstrap_needed(ep):
-                    ids = self._encode(self.state_text(ep.agent, ep.final_state or batch.turns[idx[-1]].state))
+                    ids = self._encode(self.state_text(ep.agent, ep.final_state))
                     seqs.append(ids)
                     positions.append([len(ids) - 1])
                     reads.append(-1 - e)
