@@ -6,7 +6,8 @@ Each arm is a name and the `marl train` flags that make it; every arm gets the s
 of its checkpoint with `marl eval` flags (e.g. the same team under 30% message drop). Prints a
 markdown table (mean ± std over seeds of success and return per split) and, for named pairs, the
 per-seed differences measured in this one run. Everything lands in one MLflow experiment, so the
-curves can be compared in the UI.
+curves can be compared in the UI. Rerun with the same --workdir to resume: arms whose run of the
+same name already FINISHED are read back instead of trained again.
 
     python benchmarks/arms_table.py --scenario navigation --agents 3 --seeds 0 1 2 \\
         --common "--sft.seconds 60 --rl.seconds 120" \\
@@ -15,7 +16,7 @@ curves can be compared in the UI.
     python benchmarks/arms_table.py --scenario info_split --agents 4 --seeds 0 1 2 \\
         --arm "none=" --arm "ring=--comms.topology ring" --arm "full=--comms.topology full" \\
         --arm "full+drop=--comms.topology full --comms.drop 0.3" \\
-        --eval "drop30=--comms-drop 0.3" --pair ring,none --pair full,none
+        --eval "drop30=--comms-drop 0.3" --eval-arms full full+drop30 --pair ring,none --pair full,none
 """
 
 from __future__ import annotations
@@ -46,11 +47,25 @@ def named(spec: str) -> tuple[str, list[str]]:
     return name.strip(), shlex.split(flags)
 
 
+def finished_run(uri: str, experiment: str, run_name: str) -> str | None:
+    """The id of a FINISHED run of that name in the experiment (a resumed benchmark reuses it)."""
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    runs = client.search_runs([exp.experiment_id], f"attributes.run_name = '{run_name}' and "
+                              "attributes.status = 'FINISHED'", max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
 def train_arm(cwd: Path, uri: str, experiment: str, run_name: str, flags: list[str]) -> tuple[dict[str, float], str]:
-    out = marl(["train", "--tracking-uri", uri, "--experiment", experiment, "--run-name", run_name, *flags], cwd)
-    lines = out.splitlines()
-    run_id = next(line.split()[1] for line in lines if line.startswith("run_id: ") and "(" not in line)
-    checkpoint = next(line.split(maxsplit=1)[1] for line in lines if line.startswith("checkpoint: "))
+    run_id = finished_run(uri, experiment, run_name)
+    if run_id is None:
+        out = marl(["train", "--tracking-uri", uri, "--experiment", experiment, "--run-name", run_name, *flags], cwd)
+        run_id = next(line.split()[1] for line in out.splitlines() if line.startswith("run_id: ") and "(" not in line)
+    else:
+        print(f"{run_name}: reusing finished run {run_id}", flush=True)
+    checkpoint = str(cwd / "runs" / run_id / "checkpoint")  # marl train's default --output-dir, under cwd
     metrics = MlflowClient(tracking_uri=uri).get_run(run_id).data.metrics
     figures = {k.removeprefix("eval/"): v for k, v in metrics.items() if k.startswith("eval/")}
     figures["train_seconds"] = metrics.get("sft/seconds", 0.0) + metrics.get("perf/elapsed_s", 0.0)
@@ -83,6 +98,7 @@ def main() -> None:
     parser.add_argument("--arm", action="append", required=True, help="NAME=FLAGS for `marl train` (repeatable)")
     parser.add_argument("--eval", action="append", default=[], help="NAME=FLAGS for an extra `marl eval` of every "
                         "checkpoint (repeatable)")
+    parser.add_argument("--eval-arms", nargs="+", default=None, help="arms the extra evaluations apply to (default: all)")
     parser.add_argument("--common", default="", help="flags every arm gets (budgets, eval episodes, ...)")
     parser.add_argument("--episodes", type=int, default=100, help="held-out episodes per split")
     parser.add_argument("--pair", action="append", default=[], help="A,B: report A minus B per seed (repeatable)")
@@ -100,15 +116,17 @@ def main() -> None:
     arms = [named(a) for a in args.arm]
     evals = [named(e) for e in args.eval]
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in arms}
+    eval_arms = set(args.eval_arms) if args.eval_arms else {arm for arm, _ in arms}
     for name, _ in evals:
         for arm, _ in arms:
-            results[f"{arm} @ {name}"] = []
+            if arm in eval_arms:
+                results[f"{arm} @ {name}"] = []
     for seed in args.seeds:
         for arm, flags in arms:
             figures, checkpoint = train_arm(args.workdir, uri, experiment, f"{arm}-s{seed}",
                                             [*common, "--seed", str(seed), *flags])
             results[arm].append(figures)
-            for ev, ev_flags in evals:
+            for ev, ev_flags in evals if arm in eval_arms else ():
                 results[f"{arm} @ {ev}"].append(extra_eval(args.workdir, checkpoint, splits, args.episodes, ev_flags))
             shown = ", ".join(f"{s} {figures.get(f'{s}/success_rate', float('nan')):.3f}" for s in splits)
             print(f"seed {seed} {arm}: {shown} ({figures['train_seconds']:.0f} s of training)", flush=True)
