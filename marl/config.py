@@ -62,6 +62,8 @@ class WarmStartConfig:
     """Peak learning rate (constant after warm-up so a wall-clock stop leaves a sensible model)."""
     warmup_steps: int = 30
     """Linear warm-up steps."""
+    lr_decay_fraction: float = 0.0
+    """Anneal the learning rate linearly to 0 over this last fraction of the wall-clock budget (0: constant to the end)."""
     max_steps: int = 100_000
     """Upper bound on optimizer steps (the wall-clock budget normally stops earlier)."""
     max_length: int = 1024
@@ -264,6 +266,8 @@ class TrainConfig:
         if s.seconds < 0:
             raise ConfigError("sft.seconds must be >= 0 (0 skips supervised fine-tuning)")
         _positive(s, "batch_size", prefix="sft.")
+        if not 0.0 <= s.lr_decay_fraction <= 1.0:
+            raise ConfigError(f"sft.lr_decay_fraction={s.lr_decay_fraction} must lie in [0, 1]")
         _positive(s, "learning_rate", prefix="sft.")
         if s.seconds > 0:
             _positive(s, "episodes", prefix="sft.")

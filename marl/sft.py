@@ -5,7 +5,8 @@ turned into token ids by the policy's `ChatFormat.conversation`, built from exac
 rollout prompt is built from, so SFT trains on the token ids the policy will later see. The
 dataset is handed to SFTTrainer pre-tokenized (`input_ids` + `assistant_masks`: loss on action
 tokens only). Training stops at a wall-clock budget; the schedule is constant after warm-up so that
-stopping anywhere leaves a sensible model. MLflow logging goes through our tracker, not
+stopping anywhere leaves a sensible model, optionally annealed linearly to 0 over the last part of
+the budget (`sft.lr_decay_fraction`). MLflow logging goes through our tracker, not
 `report_to`, so everything lands in the one run.
 """
 
@@ -41,6 +42,21 @@ def conversations(chat: Any, episodes: list[Episode]) -> dict[str, list[list[int
     return {"input_ids": input_ids, "assistant_masks": masks}
 
 
+def decay_factor(elapsed: float, budget: float, fraction: float) -> float:
+    """Learning-rate multiplier: 1, then linear to 0 over the last `fraction` of the wall-clock budget.
+
+    A constant rate leaves the final weights wherever the last noisy steps put them; held-out
+    success then swings by 0.3 between seeds at equal budgets (docs/results.md). Annealing at the
+    end of a time budget needs the time, not the step count, since steps per second vary.
+    """
+    if fraction <= 0.0 or budget <= 0.0:
+        return 1.0
+    start = budget * (1.0 - fraction)
+    if elapsed <= start:
+        return 1.0
+    return max(0.0, (budget - elapsed) / (budget - start))
+
+
 def run_sft(
     model: Any,
     tokenizer: Any,
@@ -67,6 +83,12 @@ def run_sft(
                 progress(min(elapsed, cfg.seconds))
             if elapsed >= cfg.seconds:
                 control.should_training_stop = True
+            optimizer = kwargs.get("optimizer")
+            factor = decay_factor(elapsed, cfg.seconds, cfg.lr_decay_fraction)
+            if optimizer is not None and factor < 1.0:
+                # Runs after the trainer's scheduler step, so this is the rate of the next update.
+                for group in optimizer.param_groups:
+                    group["lr"] = cfg.learning_rate * factor
             return control
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:

@@ -34,6 +34,7 @@ def test_defaults_validate():
         (lambda c: (setattr(c, "algo", "mappo"), setattr(c.rl, "value_coef", 0.0)), "never train it"),
         (lambda c: (setattr(c, "algo", "ippo"), setattr(c.rl, "baseline", "running")), "uses its critic"),
         (lambda c: setattr(c.rl, "sequence_clip_eps", 2.0), "rl.sequence_clip_eps=2.0"),
+        (lambda c: setattr(c.sft, "lr_decay_fraction", 1.5), "sft.lr_decay_fraction=1.5"),
         (lambda c: (setattr(c.comms, "topology", "ring"), setattr(c.comms, "mode", "shout")), "channel mode"),
         (lambda c: setattr(c.rl, "kl_coef", float("nan")), "rl.kl_coef"),
     ],

@@ -5,6 +5,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 import scenarios
@@ -47,3 +48,13 @@ def test_sft_learns_and_leaves_a_clean_model(tmp_path):
     obs, _ = env.reset(seed=5)
     gen = policy.generate([chat.first(obs["agent_0"]["text"])], [env.action_grammar("agent_0")], greedy=True)
     assert gen.finished[0] and gen.texts[0] in env.action_grammar("agent_0")
+
+
+def test_learning_rate_anneals_over_the_end_of_the_time_budget():
+    from marl.sft import decay_factor
+
+    assert decay_factor(100.0, 450.0, 0.0) == 1.0  # off: constant to the end
+    assert decay_factor(300.0, 450.0, 0.2) == 1.0  # before the last 20% (360 s)
+    assert decay_factor(405.0, 450.0, 0.2) == pytest.approx(0.5)
+    assert decay_factor(450.0, 450.0, 0.2) == 0.0 and decay_factor(500.0, 450.0, 0.2) == 0.0
+    assert decay_factor(0.0, 450.0, 1.0) == 1.0 and decay_factor(225.0, 450.0, 1.0) == pytest.approx(0.5)
