@@ -274,6 +274,18 @@ def _resolve(end: Endpoint, ids: list[str], edge: Edge) -> str:
     return end
 
 
+def as_topology(spec: Topology | str | nx.Graph) -> Topology:
+    """A `Topology` from itself, a spec string (`Topology.parse`) or a networkx graph (`Topology.from_graph`)."""
+    if isinstance(spec, str):
+        return Topology.parse(spec)
+    if isinstance(spec, nx.Graph):
+        return Topology.from_graph(spec)
+    if not isinstance(spec, Topology):
+        raise ValueError("topology must be a Topology, a networkx graph or a string (the spec must be like "
+                         f"'ring' or 'random:p=0.3'), got {type(spec).__name__}")
+    return spec
+
+
 def build(spec: Topology | str | nx.Graph, agent_ids: int | Sequence[str]) -> nx.Graph | nx.DiGraph:
     """The graph of ``spec`` over ``agent_ids`` (or ``agent_0..agent_{n-1}`` for an int n).
 
@@ -281,13 +293,7 @@ def build(spec: Topology | str | nx.Graph, agent_ids: int | Sequence[str]) -> nx
     Nodes carry ``index`` (their position in ``agent_ids``); ``graph.graph`` holds ``topology``
     (the spec string), ``kind`` and, for grids, ``grid_shape``.
     """
-    if isinstance(spec, str):
-        spec = Topology.parse(spec)
-    elif isinstance(spec, nx.Graph):
-        spec = Topology.from_graph(spec)
-    elif not isinstance(spec, Topology):
-        raise ValueError("spec must be a Topology, a spec string or a networkx graph, "
-                         f"got {type(spec).__name__}")
+    spec = as_topology(spec)
     ids = _agent_list(agent_ids)
     graph: nx.Graph = nx.DiGraph() if spec.directed else nx.Graph()
     graph.graph.update(topology=str(spec), kind=spec.kind)

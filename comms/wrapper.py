@@ -41,7 +41,7 @@ from pettingzoo import ParallelEnv
 
 from comms.channel import Channel, ChannelConfig, cut
 from comms.messages import SeenEntities, split_message, with_messages
-from comms.topology import Topology, build, neighbours, receivers
+from comms.topology import Topology, as_topology, build, neighbours, receivers
 
 SECTION_HEADER = "\nteam:"
 
@@ -68,13 +68,7 @@ class CommsWrapper(ParallelEnv):
             channel = ChannelConfig()
         if not isinstance(channel, ChannelConfig):
             raise ValueError(f"channel must be a comms.ChannelConfig, got {type(channel).__name__}")
-        if isinstance(topology, str):
-            topology = Topology.parse(topology)
-        elif isinstance(topology, nx.Graph):
-            topology = Topology.from_graph(topology)
-        elif not isinstance(topology, Topology):
-            raise ValueError("topology must be a Topology, a spec string like 'ring' or a networkx graph, "
-                             f"got {type(topology).__name__}")
+        topology = as_topology(topology)
         self.env = env
         self.topology = topology
         self.channel_config = channel
