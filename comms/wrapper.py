@@ -11,7 +11,9 @@ reset and after every step it gains a short section with what its in-neighbours 
     agent_1 (t=3) saw: posted Paris / board: empty | did: {"tool": "read_board", "args": {}}
 
 A sender shares its observation text of that step (newlines shown as `` / ``) and the action it
-took to get there (none at reset). Only agents still in ``env.agents`` send; items reach their
+took to get there (none at reset), minus the lines every agent's observation holds that step (a
+broadcast such as the team task: each receiver already has it, and repeating it per neighbour
+tripled the context of a 4-agent team). Only agents still in ``env.agents`` send; items reach their
 receivers through the ``Channel`` (size cap, drop, delay, noise; see ``comms/channel.py``). An
 observation never holds anything from an agent that is not one of its in-neighbours
 (decentralized execution). The observation stays inside its ``Text`` space: the own text is kept
@@ -52,8 +54,23 @@ def _within(text: str, allowed: frozenset[str]) -> str:
     return "".join(c if c in allowed else bad for c in text)
 
 
-def _one_line(text: str) -> str:
-    return " / ".join(part for part in text.replace("\r", "\n").splitlines() if part.strip()) or "(empty)"
+def _lines(text: str) -> list[str]:
+    return [part for part in text.replace("\r", "\n").splitlines() if part.strip()]
+
+
+def _one_line(text: str, skip: frozenset[str] = frozenset()) -> str:
+    """``text`` on one line (`` / `` between its lines), without the lines in ``skip``."""
+    if not _lines(text):
+        return "(empty)"
+    return " / ".join(line for line in _lines(text) if line not in skip) or "(nothing new)"
+
+
+def _common_lines(obs: Mapping[str, Any]) -> frozenset[str]:
+    """Lines every observation of this step holds (a broadcast like the team task): not worth sharing."""
+    if len(obs) < 2:
+        return frozenset()
+    sets = [set(_lines(str(o["text"]))) for o in obs.values() if isinstance(o, Mapping) and "text" in o]
+    return frozenset(set.intersection(*sets)) if len(sets) == len(obs) else frozenset()
 
 
 class CommsWrapper(ParallelEnv):
@@ -170,13 +187,14 @@ class CommsWrapper(ParallelEnv):
     def _share(self, obs: dict[str, Any], actions: dict[str, Any], messages: dict[str, str]) -> dict[str, Any]:
         graph, step, cfg = self.topology_graph, self._step, self.channel_config
         live = set(self.env.agents)
+        common = _common_lines(obs)
         for sender in self.env.possible_agents:  # fixed order: the fault draws replay exactly
             targets = [r for r in receivers(graph, sender) if r in obs]
             if sender in messages:  # the last words of an agent that just left still go out
                 self.channel.send(step, sender, targets, f"says: {_one_line(messages[sender])}")
             if not cfg.shares_observations or sender not in live or sender not in obs:
                 continue  # agents that left stop sending
-            item = f"saw: {_one_line(str(obs[sender]['text']))}"
+            item = f"saw: {_one_line(str(obs[sender]['text']), skip=common)}"
             if sender in actions:
                 action = actions[sender]
                 item += f" | did: {_one_line(action if isinstance(action, str) else repr(action))}"

@@ -16,10 +16,12 @@ whether it clones one).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
+
+from policies.turn_cache import TurnCache
 
 MAPPING_MODES = ("shared", "team", "agent")
 SHARED = "shared"
@@ -72,8 +74,13 @@ class PolicyMap:
         return pid
 
     def generate(self, prompts: Sequence[Sequence[int]], grammars: Sequence[Any], owners: Sequence[str],
+                 keys: Sequence[Hashable] | None = None, turn_caches: dict[str, TurnCache] | None = None,
                  **kwargs: Any) -> Any:
-        """One batched call per policy over its rows; results in the original row order."""
+        """One batched call per policy over its rows; results in the original row order.
+
+        `keys` (one per row) with a `turn_caches` dict let each policy keep its rows' KV caches
+        between turns (`policies/turn_cache.py`); the dict is filled per policy id on first use.
+        """
         from policies.llm_policy import Generation
 
         n = len(prompts)
@@ -90,6 +97,9 @@ class PolicyMap:
             call = dict(kwargs)
             if call.get("seed") is not None and k:  # each policy its own sampling stream
                 call["seed"] = int(np.random.SeedSequence([call["seed"], k]).generate_state(1)[0])
+            if keys is not None and turn_caches is not None:
+                call["turn_cache"] = turn_caches.setdefault(pid, TurnCache())
+                call["keys"] = [keys[r] for r in rows]
             gen = policy.generate([prompts[r] for r in rows], [grammars[r] for r in rows], **call)
             for k, r in enumerate(rows):
                 token_ids[r], logprobs[r], texts[r] = gen.token_ids[k], gen.logprobs[k], gen.texts[k]

@@ -84,14 +84,21 @@ class RolloutBatch:
     seconds: float
     generate_seconds: float
     env_seconds: float
+    reused_prompt_tokens: int = 0
+    """Prompt tokens served from the turn cache instead of being read again."""
 
 
 class RolloutWorker:
     """Holds a pool of environments and plays batches of seeded episodes through a policy."""
 
-    def __init__(self, make_env: Callable[[], Any], policy: Any, chat: Any) -> None:
-        """`policy`: one policy for every agent, a `PolicyMap`, or None for scripted actors only."""
+    def __init__(self, make_env: Callable[[], Any], policy: Any, chat: Any, turn_cache: bool = True) -> None:
+        """`policy`: one policy for every agent, a `PolicyMap`, or None for scripted actors only.
+
+        `turn_cache`: keep each agent's KV cache between turns of a collection, so a turn reads
+        only its new observation (off: every turn re-reads the whole conversation).
+        """
         self.make_env = make_env
+        self.turn_cache = turn_cache
         self.policy = policy
         self.policies = policy if policy is None or isinstance(policy, PolicyMap) else single(policy)
         self.chat = chat
@@ -145,6 +152,8 @@ class RolloutWorker:
                     context[key] = self.chat.first(text)
         gen_s = env_s = 0.0
         tokens = steps = 0
+        # KV caches live for this collection only: the weights may change before the next one
+        turn_caches: dict[str, Any] | None = {} if self.turn_cache else None
         for loop in range(max_loops):
             live = [(i, a) for i, env in enumerate(envs) if env.agents for a in env.agents]
             if not live:
@@ -154,7 +163,7 @@ class RolloutWorker:
                 grammars = [envs[i].action_grammar(a) if self.policies.constrained else None for i, a in live]
                 owners = [episodes[slot[k]].policy for k in live]
                 gen = self.policies.generate([context[k] for k in live], grammars, owners, greedy=greedy,
-                                             seed=turn_seed(sample_seed, loop))
+                                             seed=turn_seed(sample_seed, loop), keys=live, turn_caches=turn_caches)
                 texts = list(gen.texts)
                 tokens += sum(len(ids) for ids in gen.token_ids)
             else:
@@ -205,8 +214,10 @@ class RolloutWorker:
             env_s += time.perf_counter() - t0
         else:
             raise RuntimeError(f"rollout did not end within {max_loops} turns: the scenario's max_turns is not enforced")
+        reused = sum(c.reused_tokens for c in (turn_caches or {}).values())
         return RolloutBatch(turns=turns, episodes=episodes, generated_tokens=tokens, env_steps=steps,
-                            seconds=time.perf_counter() - start, generate_seconds=gen_s, env_seconds=env_s)
+                            seconds=time.perf_counter() - start, generate_seconds=gen_s, env_seconds=env_s,
+                            reused_prompt_tokens=reused)
 
 
 def summarize(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:

@@ -14,7 +14,7 @@ from the batch mid-generation (they ride along masked; their outputs are ignored
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
 from policies.router_stats import load_entropy
 from policies.scoring import score_spans
+from policies.turn_cache import TurnCache, fresh_prefill
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -152,8 +153,14 @@ class LLMPolicy:
         grammars: Sequence[ActionGrammar | None],
         greedy: bool = False,
         seed: int | None = None,
+        turn_cache: TurnCache | None = None,
+        keys: Sequence[Hashable] | None = None,
     ) -> Generation:
-        """Generate one action per prompt in one batched call (see module docstring)."""
+        """Generate one action per prompt in one batched call (see module docstring).
+
+        With `turn_cache` and one `keys` entry per prompt (e.g. `(env, agent)`), rows whose
+        previous turn is in the cache prefill only their new tokens (`policies/turn_cache.py`).
+        """
         if len(prompts) != len(grammars):
             raise ValueError(f"got {len(prompts)} prompts but {len(grammars)} grammars; pass one grammar "
                              "(or None for free text) per prompt")
@@ -183,28 +190,27 @@ class LLMPolicy:
         state = [0 if t is None else offsets[id(t)] for t in tries]
 
         lengths = [len(p) for p in prompts]
-        width = max(lengths)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding: every prompt ends at the last column
-            input_ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
-            attention[i, width - len(p):] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        # Positions count real tokens only, so a left-padded prompt sees the same positions as alone.
-        positions = (attention.cumsum(-1) - 1).clamp_min(0)
+        if turn_cache is not None and keys is not None:
+            pre = turn_cache.prefill(keys, prompts, self.pad_id, device)
+        else:
+            pre = fresh_prefill(prompts, self.pad_id, device)
+        attention = pre.attention
 
         was_training = self.model.training
         self.model.eval()
         try:
-            kwargs = {"logits_to_keep": 1} if self._has_logits_to_keep else {}
-            out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+            kwargs: dict = {"logits_to_keep": 1} if self._has_logits_to_keep else {}
+            if pre.cache is not None:
+                kwargs[self._cache_kwarg] = pre.cache
+            out = self.model(input_ids=pre.input_ids, attention_mask=attention, position_ids=pre.positions,
                              use_cache=True, **kwargs)
             token_ids: list[list[int]] = [[] for _ in range(n)]
             logprobs: list[list[float]] = [[] for _ in range(n)]
             allowed: list[list[list[int]] | None] = [None if t is None else [] for t in tries]
             finished = [False] * n
             active = [True] * n
-            last_pos = positions[:, -1]
+            fed = [0] * n  # generated tokens of each row fed back (so held in the KV cache)
+            last_pos = pre.positions[:, -1]
             for step in range(self.max_new_tokens):
                 logits = out.logits[:, -1, :].float() / self.temperature
                 allow = table[torch.tensor(state, device=device)]
@@ -234,13 +240,22 @@ class LLMPolicy:
                     break
                 feed = torch.tensor([t if a else self.pad_id for t, a in zip(toks, active, strict=True)],
                                     device=device)[:, None]
-                attention = torch.cat([attention, attention.new_ones((n, 1))], dim=1)
+                # finished rows feed masked padding: what a turn cache keeps must hold real tokens only
+                attention = torch.cat([attention, torch.tensor(active, device=device, dtype=attention.dtype)[:, None]],
+                                      dim=1)
                 last_pos = last_pos + 1
                 cache = out.cache if hasattr(out, "cache") else out.past_key_values
                 out = self.model(input_ids=feed, attention_mask=attention, position_ids=last_pos[:, None],
                                  use_cache=True, **{self._cache_kwarg: cache})
+                for i in range(n):
+                    if active[i]:
+                        fed[i] += 1
         finally:
             self.model.train(was_training)
+        if turn_cache is not None and keys is not None:
+            cache = out.cache if hasattr(out, "cache") else out.past_key_values
+            turn_cache.keep(keys, cache, attention,
+                            [list(p) + ids[: fed[i]] for i, (p, ids) in enumerate(zip(prompts, token_ids, strict=True))])
 
         texts = [self.chat.decode_action([t for t in ids if t != self.end_id]) for ids in token_ids]
         return Generation(token_ids, logprobs, texts, allowed, finished, lengths)

@@ -42,8 +42,10 @@ class RandomPolicy:
         grammars: Sequence[ActionGrammar | None],
         greedy: bool = False,
         seed: int | None = None,
+        turn_cache: object | None = None,
+        keys: object | None = None,
     ) -> Generation:
-        """Same call shape as `LLMPolicy.generate`; prompts and `greedy` are ignored."""
+        """Same call shape as `LLMPolicy.generate`; prompts, `greedy` and the turn cache are ignored."""
         rng = random.Random(seed) if seed is not None else self._rng
         texts = [self.act(g, rng) for g in grammars]
         n = len(texts)

@@ -10,7 +10,7 @@ so N grows to 8 on the same tasks; in ``hard`` every agent also lists a distract
 (``roles.py``).
 
 **Observations.** ``{"text": str}``, printable ASCII, at most 2048 characters, this turn's new
-message only. Turn 1: ``you are agent_2 (calendar). team task: <question>`` then ``you know:
+message only. Turn 1: ``you are agent_2 (calendar)``, ``team task: <question>``, ``you know:
 event Gala`` (or ``nothing``) and ``tools: get_event(name); post(value); read_board()``. Later
 turns: the agent's own tool result (``event Gala: Paris Tue``; results reach only the caller),
 ``posted Paris`` (or ``Paris is already on the board``), ``board: Paris Tue`` (the board's
@@ -191,7 +191,7 @@ class InfoSplitEnv(TextScenario):
         for agent, m in self._members.items():
             facts = ", ".join(f"{label} {e}" for label, e in m.role.facts) or "nothing"
             tools = "; ".join(signature(t) for t in (*m.role.tools, *BOARD_TOOLS))
-            texts[agent] = f"you are {agent} ({m.role.label}). team task: {task.text}\nyou know: {facts}\ntools: {tools}"
+            texts[agent] = f"you are {agent} ({m.role.label})\nteam task: {task.text}\nyou know: {facts}\ntools: {tools}"
             m.see(texts[agent])
         self._plan()
         return texts

@@ -200,3 +200,16 @@ def test_info_split_team_with_full_sharing_solves_with_the_expert():
     board = [play(scenarios.make("info_split", n_agents=4, split="hard"), s) for s in seeds]
     assert all(r == {"success"} for r, _ in shared)
     assert np.mean([t for _, t in shared]) < np.mean([t for _, t in board])
+
+
+def test_a_line_every_agent_already_has_is_not_repeated_per_neighbour():
+    env = comms.wrap(scenarios.make("info_split", n_agents=4, seed=0), "full")
+    obs, _ = env.reset(seed=2)
+    own = {a: scenarios.make("info_split", n_agents=4, seed=0).reset(seed=2)[0][a]["text"] for a in obs}
+    for agent, ob in obs.items():
+        text = ob["text"]
+        assert text.count("team task:") == 1  # the broadcast question once, not once per teammate
+        for b in env.possible_agents:  # what is private to each teammate still arrives
+            if b != agent:
+                private = [line for line in own[b].splitlines() if line.startswith("you know:")][0]
+                assert private in text

@@ -1,0 +1,116 @@
+"""Reuse each row's KV cache across the turns of a multi-turn rollout (prefix caching).
+
+A turn's prompt is the previous prompt + the generated action + the new observation, so
+re-reading the whole conversation every turn (what a plain `generate` does) costs a prefill that
+grows with the episode: measured on `info_split` with 4 agents sharing observations, prefill was
+77% of rollout time. `TurnCache` keeps the KV cache, the attention mask and the real tokens of
+each row (keyed by the caller, e.g. `(env index, agent)`) after a `generate` call; the next call
+feeds only the tokens past what the cache holds.
+
+Rows are left-padded per call, so the kept mask has holes (padding columns between turns); the
+mask and explicit position ids (real tokens only) make that invisible to the model, the same way
+left padding is. A call reuses the cache only when every row's cached tokens are a prefix of its
+new prompt; anything else (a new episode, a row the cache has not seen) prefills from scratch.
+
+Left out: invalidation when the weights change. The caller owns a cache's lifetime and must drop
+it after an update (a rollout makes one per collection). Models whose cache cannot select rows
+(no `batch_select_indices`) simply never reuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Prefill:
+    """The first forward of a `generate` call: new tokens only when a cache is reused."""
+
+    input_ids: torch.Tensor  # [n, W] left-padded
+    attention: torch.Tensor  # [n, past + W]: the kept mask (holes included) + this chunk's
+    positions: torch.Tensor  # [n, W] real-token positions
+    cache: Any | None  # the reused KV cache (rows already selected), or None for a fresh prefill
+    reused: bool
+
+
+def left_padded(chunks: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`[n, W]` ids and mask, each chunk flush right so every row's last column is real."""
+    width = max(len(c) for c in chunks)
+    ids = torch.full((len(chunks), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(chunks), width), dtype=torch.long)
+    for i, c in enumerate(chunks):
+        if c:
+            ids[i, width - len(c):] = torch.tensor(list(c), dtype=torch.long)
+            mask[i, width - len(c):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def fresh_prefill(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device | str) -> Prefill:
+    """Whole prompts, left-padded; positions count real tokens, so a row sees the same positions as alone."""
+    ids, mask = left_padded(prompts, pad_id, device)
+    return Prefill(ids, mask, (mask.cumsum(-1) - 1).clamp_min(0), None, False)
+
+
+class TurnCache:
+    """One policy's per-row KV caches between the turns of one rollout (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[Hashable, int] = {}
+        self._tokens: list[list[int]] = []
+        self._cache: Any | None = None
+        self._mask: torch.Tensor | None = None
+        self.reused_tokens = 0
+        """Prompt tokens not re-read thanks to the cache (cumulative)."""
+        self.fresh_calls = 0
+        self.reused_calls = 0
+
+    def prefill(self, keys: Sequence[Hashable], prompts: Sequence[Sequence[int]], pad_id: int,
+                device: torch.device | str) -> Prefill:
+        """The first forward's inputs for `prompts`, reusing the kept cache when every row allows it."""
+        if len(keys) != len(prompts):
+            raise ValueError(f"got {len(keys)} cache keys for {len(prompts)} prompts; pass one key per prompt")
+        rows = self._reusable_rows(keys, prompts)
+        if rows is None:
+            self.fresh_calls += 1
+            return fresh_prefill(prompts, pad_id, device)
+        self.reused_calls += 1
+        index = torch.tensor(rows, dtype=torch.long, device=self._mask.device)
+        self._cache.batch_select_indices(index)
+        past_mask = self._mask[index].to(device)
+        done = [len(self._tokens[r]) for r in rows]
+        self.reused_tokens += sum(done)
+        ids, mask = left_padded([list(p[n:]) for p, n in zip(prompts, done, strict=True)], pad_id, device)
+        start = torch.tensor(done, dtype=torch.long, device=device)[:, None]
+        positions = start + (mask.cumsum(-1) - 1).clamp_min(0)
+        return Prefill(ids, torch.cat([past_mask, mask], dim=1), positions, self._cache, True)
+
+    def keep(self, keys: Sequence[Hashable], cache: Any, attention: torch.Tensor, tokens: list[list[int]]) -> None:
+        """Remember the state after a call: `tokens[i]` are the real tokens row i's cache holds, in order."""
+        if not hasattr(cache, "batch_select_indices"):
+            self.clear()
+            return
+        self._rows = {k: i for i, k in enumerate(keys)}
+        self._tokens, self._cache, self._mask = tokens, cache, attention
+
+    def clear(self) -> None:
+        self._rows, self._tokens, self._cache, self._mask = {}, [], None, None
+
+    def _reusable_rows(self, keys: Sequence[Hashable], prompts: Sequence[Sequence[int]]) -> list[int] | None:
+        if self._cache is None or len(set(keys)) != len(keys):
+            return None
+        rows = []
+        for key, prompt in zip(keys, prompts, strict=True):
+            r = self._rows.get(key)
+            if r is None:
+                return None
+            held = self._tokens[r]
+            # strictly longer: the last column must be a real token to read the next logits from
+            if len(prompt) <= len(held) or list(prompt[: len(held)]) != held:
+                return None
+            rows.append(r)
+        return rows

@@ -1,0 +1,38 @@
+"""The rollout's turn cache on a real multi-agent scenario: same episodes as re-reading every turn, less prefill."""
+
+import numpy as np
+import pytest
+
+import comms
+import scenarios
+from marl.config import TrainConfig
+from marl.rollout import RolloutWorker
+from marl.train import build_policy
+from policies.chat import ChatFormat
+
+
+def _shared_info_split():
+    return comms.wrap(scenarios.make("info_split", n_agents=3, split="train"), "full")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    cfg = TrainConfig(seed=0, scenario="info_split", agents=3)
+    cfg.policy.tokenizer_episodes = 60
+    tokenizer, _, policy = build_policy(cfg, _shared_info_split, tmp_path_factory.mktemp("runs"),
+                                        np.random.default_rng(0))
+    return tokenizer, policy
+
+
+def test_turn_cache_changes_nothing_but_the_prefill(setup):
+    # (tool_use, one agent, goes through the cache in tests/marl/test_rl_step.py's logprob check)
+    tokenizer, policy = setup
+    batches = [RolloutWorker(_shared_info_split, policy, ChatFormat(tokenizer), turn_cache=on)
+               .collect(list(range(6)), sample_seed=4) for on in (False, True)]
+    plain, cached = batches
+    assert [e.transcript for e in plain.episodes] == [e.transcript for e in cached.episodes]
+    assert max(len(e.turns) for e in cached.episodes) >= 3  # several turns, so later ones used the cache
+    worst = max(abs(a - b) for x, y in zip(plain.turns, cached.turns, strict=True)
+                for a, b in zip(x.logprobs, y.logprobs, strict=True))
+    assert worst < 1e-4
+    assert plain.reused_prompt_tokens == 0 and cached.reused_prompt_tokens > 0
