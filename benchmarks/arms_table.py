@@ -13,6 +13,16 @@ same name already FINISHED are read back instead of trained again.
         --common "--sft.seconds 60 --rl.seconds 120" \\
         --arm "grpo=--algo grpo" --arm "ippo=--algo ippo" --arm "mappo=--algo mappo" --pair mappo,ippo
 
+With `--shared-sft FLAGS`, each seed first trains one SFT-only run (`--iterations 0 FLAGS`, row
+`sft`) and every arm starts its RL from that checkpoint (`--policy.model <it> --sft.seconds 0`): arms
+that differ only in RL (algorithms) then share the SFT phase exactly, its seed-to-seed noise included,
+at the same total budget and a third of the SFT cost. Only for one shared policy (`--policy-mapping
+shared`): a checkpoint holds one set of weights per policy, and the arms must not start from another's.
+
+    python benchmarks/arms_table.py --scenario info_split --agents 3 --seeds 0 1 2 \\
+        --shared-sft "--sft.seconds 270" --common "--rl.seconds 180" \\
+        --arm "grpo=--algo grpo" --arm "ippo=--algo ippo" --arm "mappo=--algo mappo" --pair mappo,ippo
+
     python benchmarks/arms_table.py --scenario info_split --agents 4 --seeds 0 1 2 \\
         --arm "none=" --arm "ring=--comms.topology ring" --arm "full=--comms.topology full" \\
         --arm "full+drop=--comms.topology full --comms.drop 0.3" \\
@@ -65,7 +75,7 @@ def train_arm(cwd: Path, uri: str, experiment: str, run_name: str, flags: list[s
         run_id = next(line.split()[1] for line in out.splitlines() if line.startswith("run_id: ") and "(" not in line)
     else:
         print(f"{run_name}: reusing finished run {run_id}", flush=True)
-    checkpoint = str(cwd / "runs" / run_id / "checkpoint")  # marl train's default --output-dir, under cwd
+    checkpoint = str((cwd / "runs" / run_id / "checkpoint").resolve())  # marl train's default --output-dir, under cwd
     metrics = MlflowClient(tracking_uri=uri).get_run(run_id).data.metrics
     figures = {k.removeprefix("eval/"): v for k, v in metrics.items() if k.startswith("eval/")}
     figures["train_seconds"] = metrics.get("sft/seconds", 0.0) + metrics.get("perf/elapsed_s", 0.0)
@@ -102,6 +112,8 @@ def main() -> None:
     parser.add_argument("--common", default="", help="flags every arm gets (budgets, eval episodes, ...)")
     parser.add_argument("--episodes", type=int, default=100, help="held-out episodes per split")
     parser.add_argument("--pair", action="append", default=[], help="A,B: report A minus B per seed (repeatable)")
+    parser.add_argument("--shared-sft", default=None, help="flags of one SFT-only run per seed that every arm's RL "
+                        "starts from (see the module docstring)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/marl-arms"))
     parser.add_argument("--experiment", default=None)
     args = parser.parse_args()
@@ -115,16 +127,27 @@ def main() -> None:
     common = ["--scenario", args.scenario, *agents, "--eval-episodes", str(args.episodes), *shlex.split(args.common)]
     arms = [named(a) for a in args.arm]
     evals = [named(e) for e in args.eval]
+    if args.shared_sft is not None and "--policy-mapping" in args.common and "shared" not in args.common:
+        raise SystemExit("--shared-sft needs one shared policy: a checkpoint's extra policies would be ignored")
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in arms}
+    if args.shared_sft is not None:
+        results = {"sft": [], **results}
     eval_arms = set(args.eval_arms) if args.eval_arms else {arm for arm, _ in arms}
     for name, _ in evals:
         for arm, _ in arms:
             if arm in eval_arms:
                 results[f"{arm} @ {name}"] = []
     for seed in args.seeds:
+        start: list[str] = []
+        if args.shared_sft is not None:
+            figures, sft_checkpoint = train_arm(args.workdir, uri, experiment, f"sft-s{seed}",
+                                                [*common, "--seed", str(seed), "--iterations", "0",
+                                                 *shlex.split(args.shared_sft)])
+            results["sft"].append(figures)
+            start = ["--policy.model", sft_checkpoint, "--sft.seconds", "0"]
         for arm, flags in arms:
             figures, checkpoint = train_arm(args.workdir, uri, experiment, f"{arm}-s{seed}",
-                                            [*common, "--seed", str(seed), *flags])
+                                            [*common, "--seed", str(seed), *start, *flags])
             results[arm].append(figures)
             for ev, ev_flags in evals if arm in eval_arms else ():
                 results[f"{arm} @ {ev}"].append(extra_eval(args.workdir, checkpoint, splits, args.episodes, ev_flags))
