@@ -46,8 +46,6 @@ class PolicyConfig:
     """Weight of the MoE Switch load-balancing loss from router logits (RL keeps it small)."""
     device: str = "auto"
     """Torch device of the policy: `auto` (cuda when available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
-    entity_init: float = 0.0
-    """Presets only: share of an entity's initial embedding taken from its spelling's pieces (0: plain random init)."""
 
 
 @dataclass
@@ -263,8 +261,6 @@ class TrainConfig:
         _positive(p, "vocab_size", prefix="policy.")
         _positive(p, "max_new_tokens", prefix="policy.")
         _positive(p, "temperature", prefix="policy.")
-        if not 0.0 <= p.entity_init <= 1.0:
-            raise ConfigError(f"policy.entity_init={p.entity_init}: use a share in [0, 1] (0 keeps the random init)")
         if p.router_aux_loss_coef < 0:
             raise ConfigError("policy.router_aux_loss_coef must be >= 0")
         if s.seconds < 0:

@@ -34,9 +34,8 @@ from marl.rollout import RolloutWorker, summarize
 from marl.sft import conversations, demonstration_episodes, run_sft
 from marl.tracking import Tracker
 from policies.chat import ChatFormat
-from policies.entity_init import init_entities_from_spelling
 from policies.llm_policy import LLMPolicy
-from policies.presets import PRESETS, build_model, count_parameters
+from policies.presets import build_model, count_parameters
 from policies.tokenizer import load_or_train_tokenizer
 from policies.value_model import build_value_model
 
@@ -123,8 +122,6 @@ def build_policy(cfg: TrainConfig, make_env: Any, out_dir: Path, rng: np.random.
                         eos_token_id=tokenizer.eos_token_id)
     if hasattr(model.config, "router_aux_loss_coef"):
         model.config.router_aux_loss_coef = cfg.policy.router_aux_loss_coef
-    if cfg.policy.entity_init > 0 and cfg.policy.model in PRESETS:
-        init_entities_from_spelling(model, tokenizer, probe.entity_vocabulary(), weight=cfg.policy.entity_init)
     model.to(resolve_device(cfg.policy.device))
     policy = LLMPolicy(model, tokenizer, constrained=cfg.policy.constrained, temperature=cfg.policy.temperature,
                        max_new_tokens=cfg.policy.max_new_tokens)
