@@ -8,10 +8,11 @@ reset and after every step it gains a short section with what its in-neighbours 
 
     <own observation>
     team:
-    agent_1 (t=3) saw: posted Paris / board: empty | did: {"tool": "read_board", "args": {}}
+    agent_1 saw: posted Paris / board: empty | did: {"tool": "read_board", "args": {}}
 
 A sender shares its observation text of that step (newlines shown as `` / ``) and the action it
-took to get there (none at reset), minus the lines every agent's observation holds that step (a
+took to get there (none at reset; an item that arrives late says when it was sent: ``agent_1 (t=3)
+saw: ...``), minus the lines every agent's observation holds that step (a
 broadcast such as the team task: each receiver already has it, and repeating it per neighbour
 tripled the context of a 4-agent team). Only agents still in ``env.agents`` send; items reach their
 receivers through the ``Channel`` (size cap, drop, delay, noise; see ``comms/channel.py``). An
@@ -23,7 +24,7 @@ delivered text, so the receiver's grammar admits the entities it saw.
 
 With channel mode ``"message"`` (or ``"both"``) agents also write: an action may end in a
 ``"say"`` field (``comms/messages.py``), stripped before the scenario sees the action and
-delivered through the same channel as a line ``agent_1 (t=3) says: Sydney``; ``action_grammar``
+delivered through the same channel as a line ``agent_1 says: Sydney``; ``action_grammar``
 then offers every action with and without a message from the entities the agent has seen.
 Mode ``"message"`` shares nothing else; ``"both"`` shares observations too.
 
@@ -210,7 +211,8 @@ class CommsWrapper(ParallelEnv):
             if not items:
                 out[agent] = ob
                 continue
-            lines = [f"{d.sender} (t={d.sent_step}) {d.text}" for d in items]
+            # the send step only when the item is late: fresh ones would pay tokens for nothing
+            lines = [f"{d.sender}{'' if d.sent_step == step else f' (t={d.sent_step})'} {d.text}" for d in items]
             if callable(note):
                 for line in lines:
                     note(agent, line)

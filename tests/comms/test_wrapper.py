@@ -69,6 +69,7 @@ def test_full_lossless_sharing_shows_every_neighbour_and_empty_changes_nothing()
         for agent, text in obs.items():
             assert all(f"<<{b}:{t}>>" in text for b in full.possible_agents)
             assert t == 0 or all(f"act-{b}" in text for b in full.possible_agents if b != agent)
+            assert "(t=" not in text  # nothing arrived late, so no send step is shown
     assert run(comms.wrap(Echo(n_agents=4), "empty"), 0, 4) == run(Echo(n_agents=4), 0, 4)
 
 
@@ -127,7 +128,7 @@ def test_size_caps_and_text_space_respected():
         for text in obs.values():
             assert space.contains({"text": text})
             for line in text.split("\n")[2:]:
-                item = line.split(") ", 1)[1]
+                item = line.split(" ", 1)[1]  # after the sender id (nothing is late here)
                 assert len(item) <= 40 and item.endswith(comms.TRUNCATED_MARK)
     assert env.stats()["comms/truncated"] == env.stats()["comms/sent"]
     capped = comms.wrap(Echo(n_agents=4), "full", ChannelConfig(total_chars=50))
