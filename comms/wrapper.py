@@ -8,13 +8,14 @@ reset and after every step it gains a short section with what its in-neighbours 
 
     <own observation>
     team:
-    agent_1 saw: posted Paris / board: empty | did: {"tool": "read_board", "args": {}}
+    agent_1 saw: posted Paris / board: empty | did: read_board()
 
 A sender shares its observation text of that step (newlines shown as `` / ``) and the action it
-took to get there (none at reset; an item that arrives late says when it was sent: ``agent_1 (t=3)
-saw: ...``), minus the lines every agent's observation holds that step (a
-broadcast such as the team task: each receiver already has it, and repeating it per neighbour
-tripled the context of a 4-agent team). Only agents still in ``env.agents`` send; items reach their
+took to get there (none at reset), rendered by the scenario's ``action_summary`` (``read_board()``
+rather than the JSON; the text itself by default). Lines that every agent's observation holds that
+step (a broadcast such as the team task) are left out: each receiver has them already, and
+repeating them per neighbour tripled a 4-agent team's context. An item that arrives late says
+when it was sent: ``agent_1 (t=3) saw: ...``. Only agents still in ``env.agents`` send; items reach their
 receivers through the ``Channel`` (size cap, drop, delay, noise; see ``comms/channel.py``). An
 observation never holds anything from an agent that is not one of its in-neighbours
 (decentralized execution). The observation stays inside its ``Text`` space: the own text is kept
@@ -197,8 +198,7 @@ class CommsWrapper(ParallelEnv):
                 continue  # agents that left stop sending
             item = f"saw: {_one_line(str(obs[sender]['text']), skip=common)}"
             if sender in actions:
-                action = actions[sender]
-                item += f" | did: {_one_line(action if isinstance(action, str) else repr(action))}"
+                item += f" | did: {_one_line(self._summary(sender, actions[sender]))}"
             self.channel.send(step, sender, targets, item)
         arrived = self.channel.deliver(step, set(obs))
         note = getattr(self.env, "note_seen", None)
@@ -220,6 +220,12 @@ class CommsWrapper(ParallelEnv):
             if cfg.carries_messages:
                 self._seen.note(agent, "\n".join(lines))  # what neighbours said can be relayed
         return out
+
+    def _summary(self, agent: str, action: Any) -> str:
+        summary = getattr(self.env, "action_summary", None)  # scenarios may render actions compactly
+        if callable(summary):
+            return str(summary(agent, action))
+        return action if isinstance(action, str) else repr(action)
 
     def _compose(self, agent: str, own: str, lines: list[str]) -> str:
         limit, allowed = self._text_space.get(agent) or self._space_of(agent)

@@ -266,3 +266,7 @@ class TextScenario(ParallelEnv):
 
     def expert_action(self, agent: str) -> str:
         raise NotImplementedError
+
+    def action_summary(self, agent: str, action: object) -> str:
+        """How ``agent``'s action reads to teammates it is shared with (comms); the text itself by default."""
+        return action if isinstance(action, str) else repr(action)

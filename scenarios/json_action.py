@@ -40,3 +40,23 @@ def read_json_object(action: object, max_chars: int, formats: str) -> tuple[dict
     if not isinstance(obj, dict):
         return None, f"the action must be a JSON object, not a JSON {json_type(obj)}: {formats}"
     return obj, None
+
+
+def tool_action_summary(action: object) -> str:
+    """A tool call or answer in a few tokens (``post(Sun)``, ``read_board()``, ``answer(BK23)``) for teammates' views.
+
+    Anything that is not a well-formed call or answer comes back as ``invalid action``: a teammate
+    learns that the turn was wasted, not the malformed text itself.
+    """
+    if not isinstance(action, str):
+        return "invalid action"
+    try:
+        obj = json.loads(action)
+    except (ValueError, RecursionError):
+        return "invalid action"
+    if isinstance(obj, dict) and set(obj) == {"answer"} and isinstance(obj["answer"], str):
+        return f"answer({obj['answer']})"
+    if isinstance(obj, dict) and set(obj) == {"tool", "args"} and isinstance(obj["tool"], str) \
+            and isinstance(obj["args"], dict) and all(isinstance(v, str) for v in obj["args"].values()):
+        return f"{obj['tool']}({', '.join(obj['args'].values())})"
+    return "invalid action"

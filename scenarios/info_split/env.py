@@ -98,6 +98,7 @@ from scenarios.info_split.actions import (
 )
 from scenarios.info_split.roles import Role, deal_roles
 from scenarios.info_split.tasks import SPLIT_CODE, SPLITS, TeamTask, generate_task
+from scenarios.json_action import tool_action_summary
 from scenarios.tool_use.tasks import Call
 from scenarios.tool_use.tools import call_tool
 from scenarios.tool_use.world import KIND_OF, entity_vocabulary
@@ -301,6 +302,9 @@ class InfoSplitEnv(TextScenario):
         messages), so its grammar admits the entities in it."""
         if agent in self._members:
             self._members[agent].see(text)
+
+    def action_summary(self, agent: str, action: object) -> str:
+        return tool_action_summary(action)
 
     def expert_action(self, agent: str) -> str:
         m, task = self._members.get(agent), self._task

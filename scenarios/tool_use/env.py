@@ -48,6 +48,7 @@ from typing import Any
 
 from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Part, Slot
+from scenarios.json_action import tool_action_summary
 from scenarios.tool_use.actions import call_templates, parse_action
 from scenarios.tool_use.tasks import SPLITS, Call, Task, generate_task
 from scenarios.tool_use.tools import TOOLS, call_tool
@@ -156,6 +157,9 @@ class ToolUseEnv(TextScenario):
     def tool_schemas(self, agent: str) -> list[dict]:
         """JSON-schema declarations of the tools listed to ``agent`` (for real chat templates)."""
         return [TOOLS[t].schema() for t in self._tasks[agent].task.tools]
+
+    def action_summary(self, agent: str, action: object) -> str:
+        return tool_action_summary(action)
 
     def expert_action(self, agent: str) -> str:
         st = self._tasks[agent]

@@ -214,3 +214,15 @@ def test_a_line_every_agent_already_has_is_not_repeated_per_neighbour():
             if b != agent:
                 private = [line for line in own[b].splitlines() if line.startswith("you know:")][0]
                 assert private in text
+
+
+def test_teammates_see_actions_as_the_scenario_summarizes_them():
+    env = comms.wrap(scenarios.make("info_split", n_agents=3, seed=0), "full")
+    env.reset(seed=1)
+    acts = {a: env.expert_action(a) for a in env.agents}
+    obs, *_ = env.step(acts)
+    for agent, ob in obs.items():
+        for b, act in acts.items():
+            if b != agent:
+                assert f"did: {env.unwrapped.action_summary(b, act)}" in ob["text"]
+                assert act not in ob["text"]  # not the raw JSON
