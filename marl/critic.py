@@ -1,8 +1,13 @@
 """Critics of `mappo` and `ippo`: what a value function reads, its values for GAE, and its loss.
 
 - Centralized (`mappo`): before each of an agent's turns the critic reads the scenario's global
-  `state()` at that moment plus the agent's id: `agent <id>` + newline + state text. Any number of
-  agents fits (the state is text, never a fixed-order concatenation of per-agent vectors).
+  `state()` at that moment plus the agent's id. Every agent that acts on one state shares one
+  sequence: the state text, then `agent <id>` per reader (sorted), and each agent's value is read at
+  the end of its own id. One forward per env step instead of one per agent (an `info_split` team of
+  3 spent 17.6 s an iteration in the critic the per-agent way, against 1.3 s for `grpo`'s whole
+  update). Any number of agents fits (the state is text, never a fixed-order concatenation of
+  per-agent vectors). The readers of a state are taken from the whole batch, so a minibatch reads
+  the same sequence the advantages were computed from.
 - Decentralized (`ippo`): the critic reads the agent's own conversation, exactly the token ids
   the policy saw; one forward over the episode gives the value before every turn.
 
@@ -51,6 +56,7 @@ class Critic:
         self.chunk = chunk
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
         self._encoded: dict[str, list[int]] = {}
+        self._readers_of: tuple[RolloutBatch | None, dict[str, list[str]]] = (None, {})
 
     def _encode(self, text: str) -> list[int]:
         ids = self._encoded.get(text)
@@ -62,14 +68,61 @@ class Critic:
             self._encoded[text] = ids
         return ids
 
-    def state_text(self, agent: str, state: str | None) -> str:
-        if state is None:
-            raise ValueError("a centralized critic needs the global state of every turn: collect rollouts with "
-                             "record_state=True")
-        return f"agent {agent}\n{state}"
+    def _suffix(self, agent: str) -> list[int]:
+        key = f"\x00{agent}"  # not a state text: states are printable
+        ids = self._encoded.get(key)
+        if ids is None:
+            ids = self._encoded[key] = list(self.tokenizer(f"\nagent {agent}", add_special_tokens=False)["input_ids"])
+        return ids
+
+    @staticmethod
+    def _reads(batch: RolloutBatch, episodes: Sequence[int]) -> list[tuple[str, str, int]]:
+        """(state, agent, read) of every centralized value read of the given episodes."""
+        out = []
+        for e in episodes:
+            ep = batch.episodes[e]
+            idx = [i for i in ep.turns if batch.turns[i].action_ids]
+            if not idx:
+                continue
+            states = [(batch.turns[i].state, i) for i in idx]
+            if bootstrap_needed(ep):
+                states.append((ep.final_state, -1 - e))
+            for state, read in states:
+                if state is None:
+                    raise ValueError("a centralized critic needs the global state of every turn: collect rollouts "
+                                     "with record_state=True")
+                out.append((state, ep.agent, read))
+        return out
+
+    def _readers(self, batch: RolloutBatch) -> dict[str, list[str]]:
+        if self._readers_of[0] is not batch:
+            readers: dict[str, set[str]] = {}
+            for state, agent, _ in self._reads(batch, range(len(batch.episodes))):
+                readers.setdefault(state, set()).add(agent)
+            self._readers_of = (batch, {k: sorted(v) for k, v in readers.items()})
+        return self._readers_of[1]
+
+    def _centralized_inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
+        readers = self._readers(batch)
+        wanted: dict[str, list[tuple[str, int]]] = {}
+        for state, agent, read in self._reads(batch, episodes):
+            wanted.setdefault(state, []).append((agent, read))
+        seqs, positions, reads = [], [], []
+        for state, pairs in wanted.items():
+            ids = list(self._encode(state))
+            end: dict[str, int] = {}
+            for agent in readers[state]:
+                ids += self._suffix(agent)
+                end[agent] = len(ids) - 1
+            seqs.append(ids)
+            positions.append([end[agent] for agent, _ in pairs])
+            reads.extend(read for _, read in pairs)
+        return CriticInputs(seqs, positions, reads)
 
     def inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
         """Critic inputs for every turn (and truncation bootstrap) of the given episodes."""
+        if self.centralized:
+            return self._centralized_inputs(batch, episodes)
         seqs: list[list[int]] = []
         positions: list[list[int]] = []
         reads: list[int] = []
@@ -77,18 +130,6 @@ class Critic:
             ep = batch.episodes[e]
             idx = [i for i in ep.turns if batch.turns[i].action_ids]
             if not idx:
-                continue
-            if self.centralized:
-                for i in idx:
-                    ids = self._encode(self.state_text(ep.agent, batch.turns[i].state))
-                    seqs.append(ids)
-                    positions.append([len(ids) - 1])
-                    reads.append(i)
-                if bootstrap_needed(ep):
-                    ids = self._encode(self.state_text(ep.agent, ep.final_state))
-                    seqs.append(ids)
-                    positions.append([len(ids) - 1])
-                    reads.append(-1 - e)
                 continue
             last = batch.turns[idx[-1]]
             sequence = list(last.prompt_ids) + list(last.action_ids)

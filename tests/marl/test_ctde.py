@@ -71,6 +71,12 @@ def test_actors_never_read_the_global_state(nav):
     assert all(t.state is None for t in plain.turns)
 
 
+def _reads_of(inputs, row):
+    """The read ids of sequence `row` (reads are flattened in sequence order)."""
+    start = sum(len(p) for p in inputs.positions[:row])
+    return inputs.turns[start : start + len(inputs.positions[row])]
+
+
 def test_centralized_critic_takes_any_agent_count(tmp_path):
     _, _, tokenizer, policy = policy_for("navigation", 2, tmp_path)
     critic = critic_for(tokenizer, centralized=True)
@@ -83,11 +89,22 @@ def test_centralized_critic_takes_any_agent_count(tmp_path):
         assert {ep.agent for ep in batch.episodes} == {f"agent_{i}" for i in range(n)}
         values, bootstrap = critic.batch_values(batch)
         assert values.shape == (len(batch.turns),) and bootstrap.shape == (len(batch.episodes),)
-        # Every agent-turn reads `agent <id>` + the state: distinct agents get distinct inputs.
+        # The agents acting on one state share one sequence (the state, then `agent <id>` per reader),
+        # each read at the end of its own id: one forward per env step, distinct reads per agent.
         inputs = critic.inputs(batch, range(len(batch.episodes)))
-        first_turns = [batch.episodes[e].turns[0] for e in range(n)]
-        texts = {tokenizer.decode(inputs.sequences[inputs.turns.index(i)]) for i in first_turns}
-        assert len(texts) == n
+        first_turns = [batch.episodes[e].turns[0] for e in range(n)]  # env 0's agents, turn 1
+        where = []
+        for i in first_turns:
+            row = next(r for r, pos in enumerate(inputs.positions) if i in _reads_of(inputs, r))
+            where.append((row, inputs.positions[row][_reads_of(inputs, row).index(i)]))
+        assert len({row for row, _ in where}) == 1 and len({pos for _, pos in where}) == n
+        row = where[0][0]
+        assert batch.turns[first_turns[0]].state in tokenizer.decode(inputs.sequences[row])
+        for e, (_, pos) in enumerate(where):
+            assert tokenizer.decode(inputs.sequences[row][: pos + 1]).endswith(f"agent {batch.episodes[e].agent}")
+        # A minibatch of one agent's episodes reads the very same sequence (readers come from the batch).
+        alone = critic.inputs(batch, [0])
+        assert inputs.sequences[row] in alone.sequences
         before = [p.detach().clone() for p in critic.model.parameters()]
         adv = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=0.95)
         metrics = learner.update(batch, adv)
