@@ -175,11 +175,13 @@ def gae_advantages(
     lam: float,
     normalize_key: Callable[[str], str] = lambda agent: agent,
     eps: float = 1e-6,
+    bootstrap_truncations: bool = True,
 ) -> Advantages:
     """Per-turn GAE for every agent-episode, normalized within each `normalize_key(agent)`.
 
     `values` is indexed like `batch.turns`; `bootstrap` like `batch.episodes` (read only for
-    episodes that were truncated, see `bootstrap_needed`).
+    episodes that were truncated, see `bootstrap_needed`, and only with `bootstrap_truncations`;
+    without it a truncation is valued 0 like a terminal ending).
     """
     n = len(batch.turns)
     adv = np.zeros(n, dtype=np.float64)
@@ -194,7 +196,7 @@ def gae_advantages(
         if not ep.turns:
             continue
         idx = list(ep.turns)
-        tail = float(bootstrap[e]) if bootstrap_needed(ep) else 0.0
+        tail = float(bootstrap[e]) if bootstrap_truncations and bootstrap_needed(ep) else 0.0
         a, r = gae([batch.turns[i].reward for i in idx], values[idx], tail, gamma, lam)
         adv[idx], returns[idx] = a, r
         include[idx] = True

@@ -47,8 +47,10 @@ class Critic:
     """A value model with its optimizer, reading centralized or decentralized inputs."""
 
     def __init__(self, model: Any, tokenizer: Any, chat: Any, centralized: bool, learning_rate: float,
-                 max_grad_norm: float, chunk: int = 64) -> None:
+                 max_grad_norm: float, chunk: int = 64, bootstrap_truncations: bool = True) -> None:
         self.model = model
+        self.bootstrap_truncations = bootstrap_truncations
+        """Read the value of the state a truncated episode was left in (else it is never needed)."""
         self.tokenizer = tokenizer
         self.chat = chat
         self.centralized = centralized
@@ -75,8 +77,10 @@ class Critic:
             ids = self._encoded[key] = list(self.tokenizer(f"\nagent {agent}", add_special_tokens=False)["input_ids"])
         return ids
 
-    @staticmethod
-    def _reads(batch: RolloutBatch, episodes: Sequence[int]) -> list[tuple[str, str, int]]:
+    def _bootstraps(self, ep: Any) -> bool:
+        return self.bootstrap_truncations and bootstrap_needed(ep)
+
+    def _reads(self, batch: RolloutBatch, episodes: Sequence[int]) -> list[tuple[str, str, int]]:
         """(state, agent, read) of every centralized value read of the given episodes."""
         out = []
         for e in episodes:
@@ -85,7 +89,7 @@ class Critic:
             if not idx:
                 continue
             states = [(batch.turns[i].state, i) for i in idx]
-            if bootstrap_needed(ep):
+            if self._bootstraps(ep):
                 states.append((ep.final_state, -1 - e))
             for state, read in states:
                 if state is None:
@@ -135,7 +139,7 @@ class Critic:
             sequence = list(last.prompt_ids) + list(last.action_ids)
             pos = [len(batch.turns[i].prompt_ids) - 1 for i in idx]
             reads.extend(idx)
-            if bootstrap_needed(ep):
+            if self._bootstraps(ep):
                 if ep.final_observation is not None:
                     sequence = sequence + list(self.chat.next(ep.final_observation))
                 pos.append(len(sequence) - 1)

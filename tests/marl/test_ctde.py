@@ -141,6 +141,8 @@ def test_truncated_episodes_bootstrap_from_the_state_they_were_left_in(nav):
         critic = critic_for(tokenizer, centralized)
         inputs = critic.inputs(batch, range(len(batch.episodes)))
         assert {-1 - r for r in inputs.turns if r < 0} == set(truncated)
+        critic.bootstrap_truncations = False  # truncations valued 0: their final states are never read
+        assert all(r >= 0 for r in critic.inputs(batch, range(len(batch.episodes))).turns)
     assert all(batch.episodes[e].final_observation and batch.episodes[e].final_state for e in truncated)
 
 

@@ -49,6 +49,10 @@ def test_only_truncated_episodes_read_their_bootstrap():
     bootstrap = np.array([7.0, 0.5, 7.0])  # 7.0 would show up if a terminal episode read it
     out = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=1.0, normalize_key=lambda a: a)
     np.testing.assert_allclose(out.returns, [1.0, 1.0, 0.5, 0.5, 0.0, 0.0])
+    # With bootstrapping off a truncation is valued like a terminal ending: nothing after it.
+    off = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=1.0, normalize_key=lambda a: a,
+                         bootstrap_truncations=False)
+    np.testing.assert_allclose(off.returns, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
 
 
 @pytest.mark.parametrize("reason", ["timeout", "error"])
