@@ -17,22 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-import comms
-import scenarios
 from marl.config import TrainConfig
 from marl.rollout import RolloutWorker
-from marl.train import build_policy
+from marl.train import build_policy, make_env_factory
 from policies.chat import ChatFormat
 
 CASES = (("tool_use", 1, "none"), ("info_split", 4, "none"), ("info_split", 4, "full"), ("navigation", 3, "none"),
          ("predator_prey", 4, "none"), ("bargaining", 2, "none"))
-
-
-def env_factory(name: str, n: int, topology: str):
-    def make():
-        env = scenarios.make(name, n_agents=n, split="train")
-        return env if topology == "none" else comms.wrap(env, topology)
-    return make
 
 
 def main() -> None:
@@ -44,8 +35,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, n, topology in CASES:
-            make = env_factory(name, n, topology)
             cfg = TrainConfig(seed=args.seed, scenario=name, agents=n)
+            cfg.comms.topology = topology
+            make = make_env_factory(cfg, "train")
             cfg.policy.tokenizer_episodes = 200
             tokenizer, _, policy = build_policy(cfg, make, Path(tmp), np.random.default_rng(args.seed))
             seeds = list(range(args.episodes))

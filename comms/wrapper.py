@@ -62,9 +62,10 @@ def _lines(text: str) -> list[str]:
 
 def _one_line(text: str, skip: frozenset[str] = frozenset()) -> str:
     """``text`` on one line (`` / `` between its lines), without the lines in ``skip``."""
-    if not _lines(text):
+    lines = _lines(text)
+    if not lines:
         return "(empty)"
-    return " / ".join(line for line in _lines(text) if line not in skip) or "(nothing new)"
+    return " / ".join(line for line in lines if line not in skip) or "(nothing new)"
 
 
 def _common_lines(obs: Mapping[str, Any]) -> frozenset[str]:

@@ -12,10 +12,10 @@
   the policy saw; one forward over the episode gives the value before every turn.
 
 Truncated episodes (`max_turns`) also get the value of the state they were left in (the final
-global state, or the conversation plus the final observation), which GAE bootstraps from. The
-critic only ever gets targets for states where an agent acts, so that read is the usual time-limit
-extrapolation; the scenarios show the turn count in `state()`, which lets a centralized critic
-learn that a spent budget is worth little. Decentralized actors never read `state()`: only this
+global state, or the conversation plus the final observation), which GAE bootstraps from, unless
+`bootstrap_truncations` is off (then they are never read). The critic only ever gets targets for
+states where an agent acts, so that read is an extrapolation; on `info_split` it drifted upwards
+(docs/algorithms.md), which is why the switch exists. Decentralized actors never read `state()`: only this
 module does, and only during training. Left out: value clipping and return normalization
 (rewards here are O(1)).
 """
@@ -58,6 +58,7 @@ class Critic:
         self.chunk = chunk
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
         self._encoded: dict[str, list[int]] = {}
+        self._suffixes: dict[str, list[int]] = {}
         self._readers_of: tuple[RolloutBatch | None, dict[str, list[str]]] = (None, {})
 
     def _encode(self, text: str) -> list[int]:
@@ -71,10 +72,9 @@ class Critic:
         return ids
 
     def _suffix(self, agent: str) -> list[int]:
-        key = f"\x00{agent}"  # not a state text: states are printable
-        ids = self._encoded.get(key)
+        ids = self._suffixes.get(agent)
         if ids is None:
-            ids = self._encoded[key] = list(self.tokenizer(f"\nagent {agent}", add_special_tokens=False)["input_ids"])
+            ids = self._suffixes[agent] = list(self.tokenizer(f"\nagent {agent}", add_special_tokens=False)["input_ids"])
         return ids
 
     def _bootstraps(self, ep: Any) -> bool:

@@ -181,20 +181,20 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     """SFT on scripted-expert demonstrations; returns the demonstrations (PPO-ptx reuses them)."""
     t0 = time.perf_counter()
     episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes))
-    columns = conversations(chat, episodes)
-    agents = [ep.agent for ep in episodes]
+    columns = demonstrations(chat, episodes)
     bar = tqdm(total=int(cfg.sft.seconds), desc="sft (s)", unit="s", leave=False)
 
     def progress(elapsed: float) -> None:
         bar.update(int(elapsed) - bar.n)
 
-    figures = run_sft(model, tokenizer, columns, cfg.sft, cfg.seed, tr.log_metrics, progress)
+    sft_columns = {key: columns[key] for key in ("input_ids", "assistant_masks")}  # the trainer reads every column
+    figures = run_sft(model, tokenizer, sft_columns, cfg.sft, cfg.seed, tr.log_metrics, progress)
     bar.close()
     figures["sft/demo_seconds"] = time.perf_counter() - t0 - figures["sft/seconds"]
     tr.log_metrics(figures, step=0)
     print(f"sft: {int(figures['sft/steps'])} steps in {figures['sft/seconds']:.0f}s, "
           f"mean loss {figures['sft/mean_loss']:.3f}", flush=True)
-    return {**columns, "agents": agents}
+    return columns
 
 
 def demonstrations(chat: Any, episodes: list[Any]) -> dict[str, list[Any]]:

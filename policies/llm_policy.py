@@ -209,7 +209,6 @@ class LLMPolicy:
             allowed: list[list[list[int]] | None] = [None if t is None else [] for t in tries]
             finished = [False] * n
             active = [True] * n
-            fed = [0] * n  # generated tokens of each row fed back (so held in the KV cache)
             last_pos = pre.positions[:, -1]
             for step in range(self.max_new_tokens):
                 logits = out.logits[:, -1, :].float() / self.temperature
@@ -247,15 +246,12 @@ class LLMPolicy:
                 cache = out.cache if hasattr(out, "cache") else out.past_key_values
                 out = self.model(input_ids=feed, attention_mask=attention, position_ids=last_pos[:, None],
                                  use_cache=True, **{self._cache_kwarg: cache})
-                for i in range(n):
-                    if active[i]:
-                        fed[i] += 1
         finally:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
             cache = out.cache if hasattr(out, "cache") else out.past_key_values
-            turn_cache.keep(keys, cache, attention,
-                            [list(p) + ids[: fed[i]] for i, (p, ids) in enumerate(zip(prompts, token_ids, strict=True))])
+            # a row's tokens are fed back while it stays active, so all but its last one are cached
+            turn_cache.keep(keys, cache, attention, [list(p) + ids[:-1] for p, ids in zip(prompts, token_ids, strict=True)])
 
         texts = [self.chat.decode_action([t for t in ids if t != self.end_id]) for ids in token_ids]
         return Generation(token_ids, logprobs, texts, allowed, finished, lengths)
