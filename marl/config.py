@@ -128,6 +128,8 @@ class CriticConfig:
     """Critic trunk: a preset (`tiny-critic`, `small-critic`: dense, random init), a saved critic folder or an AutoModel id."""
     learning_rate: float = 1e-3
     """Adam learning rate of the critic."""
+    state_view: str = "global"
+    """What `mappo`'s critic reads: `global` (the state, then the agent's id), `own_last` / `own_team` (the state with the agent's line last / without teammates' lines), `with_own` (the agent's conversation with the state before each turn)."""
 
 
 @dataclass
@@ -249,6 +251,7 @@ class TrainConfig:
         if self.policy.device != "auto" and not self.policy.device.startswith(("cpu", "cuda", "mps")):
             raise ConfigError(f"policy.device={self.policy.device!r}: use auto, cpu, cuda, cuda:N or mps")
         from marl import algorithms
+        from marl.critic import STATE_VIEWS
         from marl.policy_map import MAPPING_MODES
 
         try:
@@ -299,6 +302,11 @@ class TrainConfig:
         if r.sequence_clip_eps >= 1:
             raise ConfigError(f"rl.sequence_clip_eps={r.sequence_clip_eps} must be < 1 (GSPO uses ~4e-4)")
         _positive(self.critic, "learning_rate", prefix="critic.")
+        if self.critic.state_view not in ("global", *STATE_VIEWS):
+            raise ConfigError(f"critic.state_view={self.critic.state_view!r}: choose global or one of {list(STATE_VIEWS)}")
+        if self.critic.state_view != "global" and not (algo.critic is not None and algo.centralized_critic):
+            raise ConfigError(f"critic.state_view={self.critic.state_view!r} shapes a centralized critic's input; "
+                              f"algo={self.algo} has none (use mappo, or leave it global)")
         if r.seconds < 0:
             raise ConfigError("rl.seconds must be >= 0")
         if not 0 < r.clip_eps < 1:

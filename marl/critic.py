@@ -33,6 +33,27 @@ from marl.advantages import bootstrap_needed
 from marl.rollout import RolloutBatch
 
 
+def _own_last(state: str, agent: str, agents: frozenset[str]) -> str:
+    """The state with the reader's own line moved to the end, next to where its value is read."""
+    lines = state.split("\n")
+    own = [line for line in lines if line.startswith(f"{agent}: ")]
+    return "\n".join([line for line in lines if not line.startswith(f"{agent}: ")] + own)
+
+
+def _own_team(state: str, agent: str, agents: frozenset[str]) -> str:
+    """The reader's own line and the lines about no particular agent (the team's); teammates' lines dropped."""
+    lines = state.split("\n")
+    own = [line for line in lines if line.startswith(f"{agent}: ")]
+    shared = [line for line in lines if line.split(": ", 1)[0] not in agents]
+    return "\n".join(shared + own)
+
+
+_VIEWS = {"own_last": _own_last, "own_team": _own_team}
+STATE_VIEWS = (*_VIEWS, "with_own")
+"""Agent-specific global states (MAPPO's): `own_last` and `own_team` rewrite the state per reader;
+`with_own` reads the agent's own conversation with the global state inserted before each of its turns."""
+
+
 @dataclass
 class CriticInputs:
     """Token sequences and read positions for a set of episodes, and what each read is for."""
@@ -47,8 +68,12 @@ class Critic:
     """A value model with its optimizer, reading centralized or decentralized inputs."""
 
     def __init__(self, model: Any, tokenizer: Any, chat: Any, centralized: bool, learning_rate: float,
-                 max_grad_norm: float, chunk: int = 64, bootstrap_truncations: bool = True) -> None:
+                 max_grad_norm: float, chunk: int = 64, bootstrap_truncations: bool = True,
+                 state_view: str | None = None) -> None:
+        if state_view is not None and state_view not in STATE_VIEWS:
+            raise ValueError(f"state_view {state_view!r}: use None (the state as is) or one of {sorted(STATE_VIEWS)}")
         self.model = model
+        self.state_view = state_view
         self.bootstrap_truncations = bootstrap_truncations
         """Read the value of the state a truncated episode was left in (else it is never needed)."""
         self.tokenizer = tokenizer
@@ -81,7 +106,9 @@ class Critic:
         return self.bootstrap_truncations and bootstrap_needed(ep)
 
     def _reads(self, batch: RolloutBatch, episodes: Sequence[int]) -> list[tuple[str, str, int]]:
-        """(state, agent, read) of every centralized value read of the given episodes."""
+        """(state, agent, read) of every centralized value read of the given episodes (the state as the view shows it)."""
+        view = _VIEWS.get(self.state_view) if self.state_view else None
+        agents = frozenset(ep.agent for ep in batch.episodes) if view else frozenset()
         out = []
         for e in episodes:
             ep = batch.episodes[e]
@@ -95,7 +122,7 @@ class Critic:
                 if state is None:
                     raise ValueError("a centralized critic needs the global state of every turn: collect rollouts "
                                      "with record_state=True")
-                out.append((state, ep.agent, read))
+                out.append((view(state, ep.agent, agents) if view else state, ep.agent, read))
         return out
 
     def _readers(self, batch: RolloutBatch) -> dict[str, list[str]]:
@@ -123,8 +150,53 @@ class Critic:
             reads.extend(read for _, read in pairs)
         return CriticInputs(seqs, positions, reads)
 
+    def _state_ids(self, state: str, agent: str) -> list[int]:
+        key = f"\n{state}"
+        ids = self._encoded.get(key)
+        if ids is None:
+            ids = self._encoded[key] = list(self.tokenizer(key, add_special_tokens=False)["input_ids"])
+        return ids + self._suffix(agent)
+
+    def _with_own_inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
+        """One sequence per agent-episode: its conversation, with the global state and its id before each turn."""
+        seqs, positions, reads = [], [], []
+        for e in episodes:
+            ep = batch.episodes[e]
+            idx = [i for i in ep.turns if batch.turns[i].action_ids]
+            if not idx:
+                continue
+            last = batch.turns[idx[-1]]
+            conversation = list(last.prompt_ids) + list(last.action_ids)
+            seq: list[int] = []
+            pos: list[int] = []
+            done = 0
+            for i in idx:
+                t = batch.turns[i]
+                if t.state is None:
+                    raise ValueError("a centralized critic needs the global state of every turn: collect rollouts "
+                                     "with record_state=True")
+                seq += conversation[done : len(t.prompt_ids)] + self._state_ids(t.state, ep.agent)
+                pos.append(len(seq) - 1)
+                seq += t.action_ids
+                done = len(t.prompt_ids) + len(t.action_ids)
+                reads.append(i)
+            if self._bootstraps(ep):
+                if ep.final_state is None:
+                    raise ValueError("a centralized critic needs the final global state of a truncated episode: "
+                                     "collect rollouts with record_state=True")
+                if ep.final_observation is not None:
+                    seq += list(self.chat.next(ep.final_observation))
+                seq += self._state_ids(ep.final_state, ep.agent)
+                pos.append(len(seq) - 1)
+                reads.append(-1 - e)
+            seqs.append(seq)
+            positions.append(pos)
+        return CriticInputs(seqs, positions, reads)
+
     def inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
         """Critic inputs for every turn (and truncation bootstrap) of the given episodes."""
+        if self.centralized and self.state_view == "with_own":
+            return self._with_own_inputs(batch, episodes)
         if self.centralized:
             return self._centralized_inputs(batch, episodes)
         seqs: list[list[int]] = []

@@ -261,7 +261,8 @@ def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any,
             model = build_value_model(cfg.critic.model, len(tok), tok.pad_token_id, seed=cfg.seed + k)
             model.to(policy.device)
             critic = Critic(model, tok, chat, algo.centralized_critic, cfg.critic.learning_rate, cfg.rl.max_grad_norm,
-                            bootstrap_truncations=cfg.rl.bootstrap_truncations)
+                            bootstrap_truncations=cfg.rl.bootstrap_truncations,
+                            state_view=None if cfg.critic.state_view == "global" else cfg.critic.state_view)
         learners[pid] = Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
                                 seed=cfg.seed + k, critic=critic, demonstrations=demos_for(demos, owner, pid))
     return learners

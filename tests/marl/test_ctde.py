@@ -204,3 +204,58 @@ def test_loss_terms_are_named_weighted_logged_and_open(nav, tmp_path):
         ("entropy", metrics["train/entropy"]), ("moe_aux", metrics["moe/aux_loss"]),
         ("value", metrics["train/value_loss"]), ("ptx", metrics["train/ptx_loss"]), ("probe", 2.0)))
     assert metrics["train/loss"] == pytest.approx(total, rel=1e-4)  # means of a linear sum: exact
+
+
+def test_agent_specific_state_views_put_the_readers_own_line_at_its_read(nav):
+    _, make_env, tokenizer, policy = nav
+    batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect([2], sample_seed=0, record_state=True)
+    agents = sorted({ep.agent for ep in batch.episodes})
+    model = build_value_model("tiny-critic", len(tokenizer), tokenizer.pad_token_id, seed=0)
+    for view in ("own_last", "own_team"):
+        critic = Critic(model, tokenizer, ChatFormat(tokenizer), True, 1e-3, 1.0, state_view=view)
+        inputs = critic.inputs(batch, range(len(batch.episodes)))
+        assert sorted(r for r in inputs.turns if r >= 0) == list(range(len(batch.turns)))
+        for row, seq in enumerate(inputs.sequences):
+            # a read is a turn index, or -1 - e for episode e's truncation bootstrap
+            episodes = [batch.turns[r].episode if r >= 0 else -1 - r for r in _reads_of(inputs, row)]
+            readers = {batch.episodes[e].agent for e in episodes}
+            assert len(readers) == 1  # a view is one agent's: no sharing of sequences across agents
+            (agent,) = readers
+            lines = tokenizer.decode(seq, skip_special_tokens=True).split("\n")
+            # The reader's own state line comes last, then its id, where the value is read.
+            assert lines[-1] == f"agent {agent}" and lines[-2].startswith(f"{agent}: ")
+            assert inputs.positions[row] == [len(seq) - 1] * len(inputs.positions[row])
+            held = [a for a in agents if a != agent and any(line.startswith(f"{a}: ") for line in lines)]
+            assert held == ([a for a in agents if a != agent] if view == "own_last" else [])
+            assert any(line.startswith("level=") for line in lines)  # the team's line stays in both views
+    with pytest.raises(ValueError, match="state_view"):
+        Critic(model, tokenizer, ChatFormat(tokenizer), True, 1e-3, 1.0, state_view="nope")
+
+
+def test_with_own_view_reads_the_agents_conversation_with_the_state_before_each_turn(nav):
+    _, _, tokenizer, policy = nav
+    make_env = partial(scenarios.make, "navigation", n_agents=3, split="train", max_turns=5)
+    batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect([2], sample_seed=0, record_state=True)
+    model = build_value_model("tiny-critic", len(tokenizer), tokenizer.pad_token_id, seed=0)
+    critic = Critic(model, tokenizer, ChatFormat(tokenizer), True, 1e-3, 1.0, state_view="with_own")
+    inputs = critic.inputs(batch, range(len(batch.episodes)))
+    assert len(inputs.sequences) == len(batch.episodes)  # one forward per agent-episode
+    for e, ep in enumerate(batch.episodes):
+        seq, pos = inputs.sequences[e], inputs.positions[e]
+        reads = _reads_of(inputs, e)
+        assert [r for r in reads if r >= 0] == list(ep.turns)
+        text = tokenizer.decode(seq)
+        # Every turn's state comes before that turn's action, and the agent's own tokens are all there.
+        for k, i in enumerate(ep.turns):
+            before = tokenizer.decode(seq[: pos[k] + 1])
+            assert before.endswith(f"{batch.turns[i].state}\nagent {ep.agent}")
+            assert tokenizer.decode(seq[pos[k] + 1 : pos[k] + 1 + len(batch.turns[i].action_ids)]) == \
+                tokenizer.decode(batch.turns[i].action_ids)
+        last = batch.turns[ep.turns[-1]]
+        assert text.startswith(tokenizer.decode(last.prompt_ids[:5]))
+    # Causal: the value before the first turn ignores everything after it.
+    seq = inputs.sequences[0]
+    with torch.no_grad():
+        full = critic.model.values([seq], [inputs.positions[0][:1]])
+        cut = critic.model.values([seq[: inputs.positions[0][0] + 1]], [inputs.positions[0][:1]])
+    assert torch.allclose(full, cut, atol=1e-5)
