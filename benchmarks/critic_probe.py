@@ -138,7 +138,7 @@ def main() -> None:
           f"({time.perf_counter() - start:.0f} s of rollouts)", flush=True)
 
     tokenizer = policy.tokenizer
-    print(f"| input | critic | " + " | ".join(f"ep {e + 1}" for e in range(args.epochs)) + " | s/epoch |")
+    print("| input | critic | " + " | ".join(f"ep {e + 1}" for e in range(args.epochs)) + " | s/epoch |")
     print("|---|---|" + "---|" * (args.epochs + 1))
     for name in args.inputs:
         model = build_value_model(args.critic_model, len(tokenizer), tokenizer.pad_token_id, seed=args.seed)
