@@ -51,7 +51,8 @@ def _own_team(state: str, agent: str, agents: frozenset[str]) -> str:
 _VIEWS = {"own_last": _own_last, "own_team": _own_team}
 STATE_VIEWS = (*_VIEWS, "with_own")
 """Agent-specific global states (MAPPO's): `own_last` and `own_team` rewrite the state per reader;
-`with_own` reads the agent's own conversation with the global state inserted before each of its turns."""
+`with_own` reads the agent's own conversation with the `own_team` view of the state inserted before
+each of its turns (the whole state every turn would not fit: 16 turns of `info_split` made 4,383 tokens)."""
 
 
 @dataclass
@@ -150,8 +151,8 @@ class Critic:
             reads.extend(read for _, read in pairs)
         return CriticInputs(seqs, positions, reads)
 
-    def _state_ids(self, state: str, agent: str) -> list[int]:
-        key = f"\n{state}"
+    def _state_ids(self, state: str, agent: str, agents: frozenset[str]) -> list[int]:
+        key = f"\n{_own_team(state, agent, agents)}"
         ids = self._encoded.get(key)
         if ids is None:
             ids = self._encoded[key] = list(self.tokenizer(key, add_special_tokens=False)["input_ids"])
@@ -159,6 +160,7 @@ class Critic:
 
     def _with_own_inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
         """One sequence per agent-episode: its conversation, with the global state and its id before each turn."""
+        agents = frozenset(ep.agent for ep in batch.episodes)
         seqs, positions, reads = [], [], []
         for e in episodes:
             ep = batch.episodes[e]
@@ -175,7 +177,7 @@ class Critic:
                 if t.state is None:
                     raise ValueError("a centralized critic needs the global state of every turn: collect rollouts "
                                      "with record_state=True")
-                seq += conversation[done : len(t.prompt_ids)] + self._state_ids(t.state, ep.agent)
+                seq += conversation[done : len(t.prompt_ids)] + self._state_ids(t.state, ep.agent, agents)
                 pos.append(len(seq) - 1)
                 seq += t.action_ids
                 done = len(t.prompt_ids) + len(t.action_ids)
@@ -186,7 +188,7 @@ class Critic:
                                      "collect rollouts with record_state=True")
                 if ep.final_observation is not None:
                     seq += list(self.chat.next(ep.final_observation))
-                seq += self._state_ids(ep.final_state, ep.agent)
+                seq += self._state_ids(ep.final_state, ep.agent, agents)
                 pos.append(len(seq) - 1)
                 reads.append(-1 - e)
             seqs.append(seq)

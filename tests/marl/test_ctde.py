@@ -248,7 +248,9 @@ def test_with_own_view_reads_the_agents_conversation_with_the_state_before_each_
         # Every turn's state comes before that turn's action, and the agent's own tokens are all there.
         for k, i in enumerate(ep.turns):
             before = tokenizer.decode(seq[: pos[k] + 1])
-            assert before.endswith(f"{batch.turns[i].state}\nagent {ep.agent}")
+            lines = batch.turns[i].state.split("\n")  # the own_team view: team lines, then the agent's own
+            own_team = [x for x in lines if not x.startswith("agent_")] + [x for x in lines if x.startswith(f"{ep.agent}: ")]
+            assert before.endswith("\n".join(own_team) + f"\nagent {ep.agent}")
             assert tokenizer.decode(seq[pos[k] + 1 : pos[k] + 1 + len(batch.turns[i].action_ids)]) == \
                 tokenizer.decode(batch.turns[i].action_ids)
         last = batch.turns[ep.turns[-1]]
