@@ -128,6 +128,8 @@ class CriticConfig:
     """Critic trunk: a preset (`tiny-critic`, `small-critic`: dense, random init), a saved critic folder or an AutoModel id."""
     learning_rate: float = 1e-3
     """Adam learning rate of the critic."""
+    minibatches: int = 8
+    """Critic steps per pass over an iteration's batch (whole teams per minibatch); the critic shares no weights with the policy, so it need not follow rl.minibatches, and a random-init critic needs many steps."""
     state_view: str = "global"
     """What `mappo`'s critic reads: `global` (the state, then the agent's id), `own_last` / `own_team` (the state with the agent's line last / without teammates' lines), `with_own` (the agent's conversation with the state before each turn)."""
 
@@ -302,6 +304,8 @@ class TrainConfig:
         if r.sequence_clip_eps >= 1:
             raise ConfigError(f"rl.sequence_clip_eps={r.sequence_clip_eps} must be < 1 (GSPO uses ~4e-4)")
         _positive(self.critic, "learning_rate", prefix="critic.")
+        if self.critic.minibatches < 1:
+            raise ConfigError(f"critic.minibatches={self.critic.minibatches} must be >= 1")
         if self.critic.state_view not in ("global", *STATE_VIEWS):
             raise ConfigError(f"critic.state_view={self.critic.state_view!r}: choose global or one of {list(STATE_VIEWS)}")
         if self.critic.state_view != "global" and not (algo.critic is not None and algo.centralized_critic):

@@ -70,11 +70,15 @@ class Critic:
 
     def __init__(self, model: Any, tokenizer: Any, chat: Any, centralized: bool, learning_rate: float,
                  max_grad_norm: float, chunk: int = 64, bootstrap_truncations: bool = True,
-                 state_view: str | None = None) -> None:
+                 state_view: str | None = None, minibatches: int = 8) -> None:
         if state_view is not None and state_view not in STATE_VIEWS:
             raise ValueError(f"state_view {state_view!r}: use None (the state as is) or one of {sorted(STATE_VIEWS)}")
+        if minibatches < 1:
+            raise ValueError(f"minibatches must be >= 1, got {minibatches}")
         self.model = model
         self.state_view = state_view
+        self.minibatches = minibatches
+        """Critic steps per pass over a batch (whole teams per minibatch, see `team_chunks`)."""
         self.bootstrap_truncations = bootstrap_truncations
         """Read the value of the state a truncated episode was left in (else it is never needed)."""
         self.tokenizer = tokenizer
@@ -248,6 +252,19 @@ class Critic:
             else:
                 bootstrap[-1 - read] = v
         return values, bootstrap
+
+    @staticmethod
+    def team_chunks(batch: RolloutBatch, episodes: Sequence[int], n: int, rng: np.random.Generator) -> list[list[int]]:
+        """`episodes` split into at most `n` random minibatches of whole teams (the agent-episodes of one
+        environment stay together, so a state the team shares is read in one minibatch, not once per agent)."""
+        teams: dict[int, list[int]] = {}
+        for e in episodes:
+            env = batch.episodes[e].env
+            teams.setdefault(env if env >= 0 else -1 - e, []).append(e)
+        blocks = list(teams.values())
+        order = rng.permutation(len(blocks))
+        chunks = np.array_split(order, min(n, len(blocks)))
+        return [[e for b in chunk for e in blocks[b]] for chunk in chunks if len(chunk)]
 
     def step(self) -> float:
         """Clip the critic's gradients and step its optimizer; returns the gradient norm."""

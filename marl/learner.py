@@ -5,7 +5,9 @@ Built-in terms, each logged under its name with the weight it had:
 - `kl`: KL to the frozen reference, weight steered by the adaptive controller;
 - `entropy`: the masked entropy, weight `-entropy_coef` (a bonus);
 - `moe_aux`: the Switch load-balancing loss from router logits;
-- `value`: the critic's loss against its GAE targets (critic-based algorithms);
+- `value`: the critic's loss against its GAE targets (critic-based algorithms), stepped in the
+  critic's own minibatches (`Critic.minibatches`, whole teams each): it shares no weight with the
+  policy, so only its step count changes, and a small random-init critic needs many steps;
 - `ptx`: cross-entropy on scripted-expert demonstrations (InstructGPT's PPO-ptx), which keeps
   what the warm start taught while RL chases reward.
 More terms (opponent modeling) plug in with `add_term(name, fn, weight)`: `fn(ctx)` reads the
@@ -102,7 +104,7 @@ def subset(batch: RolloutBatch, keep: Callable[[Episode], bool]) -> RolloutBatch
             ids.append(len(turns))
             turns.append(Turn(e, t.prompt_ids, t.action_ids, t.logprobs, t.allowed, t.reward, t.invalid, t.state))
         episodes.append(Episode(ep.seed, ep.group, ep.agent, ids, ep.ret, ep.reason, ep.transcript, ep.policy,
-                                ep.final_observation, ep.final_state))
+                                ep.final_observation, ep.final_state, ep.env))
     return RolloutBatch(turns, episodes, batch.generated_tokens, batch.env_steps, batch.seconds,
                         batch.generate_seconds, batch.env_seconds)
 
@@ -175,6 +177,10 @@ class Learner:
                 for key, value in self._step(batch, adv, pieces, first).items():
                     metrics.setdefault(key, []).append(value)
                 first = False
+            if self.critic is not None:
+                for chunk in self.critic.team_chunks(batch, episodes, self.critic.minibatches, self.rng):
+                    for key, value in self._critic_step(batch, adv, chunk).items():
+                        metrics.setdefault(key, []).append(value)
         model.eval()
         if self.critic is not None:
             self.critic.model.eval()
@@ -213,8 +219,6 @@ class Learner:
         if scores.aux_loss is not None:
             terms["moe_aux"], weights["moe_aux"] = scores.aux_loss, self.aux_coef
         out: dict[str, float] = {}
-        if self.critic is not None:
-            terms["value"], weights["value"] = self._value_term(batch, adv, pieces, out), cfg.value_coef
         if self.demos is not None:
             terms["ptx"], weights["ptx"] = self._ptx_term(device), cfg.ptx_coef
         ctx = StepContext(batch, adv, pieces, turn_ids, scores, mask)
@@ -234,7 +238,7 @@ class Learner:
         if first:  # before any update: the gap is the rollout/training mismatch alone (MoE routing, padding)
             out["moe/rollout_train_logprob_gap"] = gap
         for name, value in terms.items():
-            if name in ("value", "ptx"):
+            if name == "ptx":
                 out[f"train/{name}_loss"] = value.item()
             elif name == "moe_aux":
                 out["moe/aux_loss"] = value.item()
@@ -256,30 +260,39 @@ class Learner:
         if not math.isfinite(float(grad_norm)):
             return self._skip(out)
         self.optimizer.step()
-        if self.critic is not None:
-            norm = self.critic.step()
-            out["train/value_grad_norm"] = norm
-            out["train/value_nonfinite_skips"] = float(not math.isfinite(norm))
         self.nonfinite_streak = 0
         self.updates += 1
         return out
 
-    def _value_term(self, batch: RolloutBatch, adv: Advantages, pieces: list[EpisodeSequence],
-                    out: dict[str, float]) -> torch.Tensor:
-        inputs = self.critic.inputs(batch, [p.episode for p in pieces])
-        values = self.critic.predict(inputs)
+    def _critic_step(self, batch: RolloutBatch, adv: Advantages, episodes: list[int]) -> dict[str, float]:
+        """One critic step on the `value` term over the given agent-episodes."""
+        out: dict[str, float] = {"loss_weight/value": float(self.cfg.value_coef)}
+        inputs = self.critic.inputs(batch, episodes)
         keep = [k for k, read in enumerate(inputs.turns) if read >= 0 and adv.include[read]]
         if not keep or adv.returns is None:
-            return torch.zeros((), device=values.device)
+            return out
+        values = self.critic.predict(inputs)
         device = values.device
         chosen = values[torch.tensor(keep, device=device)]
         targets = torch.tensor([adv.returns[inputs.turns[k]] for k in keep], dtype=torch.float32, device=device)
-        out["train/value_mean"] = float(chosen.mean().item())
-        out["train/return_target_mean"] = float(targets.mean().item())
+        loss = value_loss(chosen, targets)
         residual = ((targets - chosen.detach()) ** 2).mean()
         variance = targets.var(unbiased=False)
-        out["train/explained_variance"] = float(1.0 - residual / variance) if variance > 1e-8 else 0.0
-        return value_loss(chosen, targets)
+        out.update({
+            "train/value_loss": loss.item(),
+            "train/value_mean": float(chosen.mean().item()),
+            "train/return_target_mean": float(targets.mean().item()),
+            "train/explained_variance": float(1.0 - residual / variance) if variance > 1e-8 else 0.0,
+        })
+        self.critic.optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            out["train/value_nonfinite_skips"] = 1.0
+            return out
+        (self.cfg.value_coef * loss).backward()
+        norm = self.critic.step()
+        out["train/value_grad_norm"] = norm
+        out["train/value_nonfinite_skips"] = float(not math.isfinite(norm))
+        return out
 
     def _ptx_term(self, device: torch.device) -> torch.Tensor:
         """Cross-entropy on a random minibatch of demonstrations, on their action tokens only."""
@@ -302,8 +315,6 @@ class Learner:
 
     def _skip(self, out: dict[str, float]) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
-        if self.critic is not None:
-            self.critic.optimizer.zero_grad(set_to_none=True)
         self.nonfinite_streak += 1
         out["train/nonfinite_skips"] = 1.0
         if self.nonfinite_streak >= self.cfg.max_nonfinite_streak:

@@ -71,6 +71,8 @@ class Episode:
     """The observation the agent was left with after its last turn (a truncated episode's bootstrap)."""
     final_state: str | None = None
     """The global state after the agent's last turn (recorded with `record_state`)."""
+    env: int = -1
+    """Index of the environment within its collection: the agent-episodes of one team share it."""
 
 
 @dataclass
@@ -144,7 +146,7 @@ class RolloutWorker:
                 key = (i, agent)
                 slot[key] = len(episodes)
                 pid = self.policies.policy_of(env, agent) if actor is None else "scripted"
-                episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent, policy=pid))
+                episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent, policy=pid, env=i))
                 text = observations[agent]["text"]
                 last_obs[key] = text
                 episodes[slot[key]].transcript.append(("observation", text))

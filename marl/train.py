@@ -262,7 +262,8 @@ def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any,
             model.to(policy.device)
             critic = Critic(model, tok, chat, algo.centralized_critic, cfg.critic.learning_rate, cfg.rl.max_grad_norm,
                             bootstrap_truncations=cfg.rl.bootstrap_truncations,
-                            state_view=None if cfg.critic.state_view == "global" else cfg.critic.state_view)
+                            state_view=None if cfg.critic.state_view == "global" else cfg.critic.state_view,
+                            minibatches=cfg.critic.minibatches)
         learners[pid] = Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
                                 seed=cfg.seed + k, critic=critic, demonstrations=demos_for(demos, owner, pid))
     return learners

@@ -32,7 +32,7 @@ CRITIC_PRESETS: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 2,
         "head_dim": 24,
         "intermediate_size": 192,
-        "max_position_embeddings": 2048,
+        "max_position_embeddings": 8192,
         "tie_word_embeddings": False,
     },
     "small-critic": {
@@ -43,7 +43,7 @@ CRITIC_PRESETS: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 2,
         "head_dim": 48,
         "intermediate_size": 384,
-        "max_position_embeddings": 2048,
+        "max_position_embeddings": 8192,
         "tie_word_embeddings": False,
     },
 }

@@ -39,6 +39,7 @@ def test_defaults_validate():
         (lambda c: setattr(c.rl, "kl_coef", float("nan")), "rl.kl_coef"),
         (lambda c: (setattr(c, "algo", "mappo"), setattr(c.critic, "state_view", "mine")), "critic.state_view='mine'"),
         (lambda c: (setattr(c, "algo", "ippo"), setattr(c.critic, "state_view", "with_own")), "has none"),
+        (lambda c: setattr(c.critic, "minibatches", 0), "critic.minibatches=0"),
     ],
 )
 def test_bad_values_name_the_field(mutate, message):

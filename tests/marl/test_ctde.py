@@ -202,8 +202,12 @@ def test_loss_terms_are_named_weighted_logged_and_open(nav, tmp_path):
     total = sum(metrics[f"loss_weight/{k}"] * v for k, v in (
         ("policy", metrics["train/policy_loss"]), ("kl", metrics["train/kl"]),
         ("entropy", metrics["train/entropy"]), ("moe_aux", metrics["moe/aux_loss"]),
-        ("value", metrics["train/value_loss"]), ("ptx", metrics["train/ptx_loss"]), ("probe", 2.0)))
+        ("ptx", metrics["train/ptx_loss"]), ("probe", 2.0)))
     assert metrics["train/loss"] == pytest.approx(total, rel=1e-4)  # means of a linear sum: exact
+    # The value term steps the critic (no shared weights) in its own minibatches of whole teams:
+    # 4 teams here, so min(critic.minibatches, 4) steps per epoch.
+    steps = {int(st["step"]) for st in learner.critic.optimizer.state.values()}
+    assert steps == {min(learner.critic.minibatches, 4) * rl.epochs}
 
 
 def test_agent_specific_state_views_put_the_readers_own_line_at_its_read(nav):
