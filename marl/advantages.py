@@ -55,13 +55,18 @@ class Advantages:
     groups: int = 0
     zero_variance_groups: int = 0
     harness_faults: int = 0
+    explained_variance: float | None = None
+    """How much of the value targets' variance the critic's values explained, on this batch's fresh
+    rollouts before the critic trained on them (critic-based algorithms only)."""
 
     def metrics(self) -> dict[str, float]:
-        """The counts as `rollout/*` metrics."""
+        """The counts as `rollout/*` metrics, and the critic's explained variance."""
         out = {"rollout/harness_fault_episodes": float(self.harness_faults),
                "rollout/turns_in_loss": float(self.include.sum())}
         if self.groups:
             out["rollout/zero_variance_group_frac"] = self.zero_variance_groups / self.groups
+        if self.explained_variance is not None:
+            out["train/explained_variance"] = self.explained_variance
         return out
 
 
@@ -201,8 +206,13 @@ def gae_advantages(
         adv[idx], returns[idx] = a, r
         include[idx] = True
         by_key[normalize_key(ep.agent)].extend(idx)
+    explained = None
+    if include.any():
+        target, residual = returns[include], returns[include] - np.asarray(values, dtype=np.float64)[include]
+        explained = float(1.0 - residual.var() / target.var()) if target.var() > 1e-8 else 0.0
     for idx in by_key.values():
         block = adv[idx]
         centered = block - block.mean()
         adv[idx] = centered / (block.std() + eps) if len(idx) > 1 and block.std() > eps else centered
-    return Advantages(advantages=adv, include=include, returns=returns, harness_faults=faults)
+    return Advantages(advantages=adv, include=include, returns=returns, harness_faults=faults,
+                      explained_variance=explained)

@@ -265,3 +265,19 @@ def test_with_own_view_reads_the_agents_conversation_with_the_state_before_each_
         full = critic.model.values([seq], [inputs.positions[0][:1]])
         cut = critic.model.values([seq[: inputs.positions[0][0] + 1]], [inputs.positions[0][:1]])
     assert torch.allclose(full, cut, atol=1e-5)
+
+
+def test_critic_minibatches_keep_each_team_together_and_cover_every_episode():
+    from marl.rollout import Episode, RolloutBatch
+
+    episodes = [Episode(seed=0, group=g, agent=f"agent_{a}", env=env) for env, g in enumerate([0, 0, 1, 1, 2])
+                for a in range(3)]
+    batch = RolloutBatch([], episodes, 0, 0, 0.0, 0.0, 0.0)
+    wanted = [e for e in range(len(episodes)) if e != 4]  # an agent-episode with no turns in the loss is left out
+    for n in (1, 2, 3, 8):
+        chunks = Critic.team_chunks(batch, wanted, n, np.random.default_rng(n))
+        assert len(chunks) == min(n, 5)
+        assert sorted(e for c in chunks for e in c) == wanted
+        for chunk in chunks:  # a team (one env) never straddles two minibatches
+            envs = {episodes[e].env for e in chunk}
+            assert all(e in chunk for e in wanted if episodes[e].env in envs)

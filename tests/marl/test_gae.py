@@ -108,3 +108,16 @@ def test_running_baseline_never_divides_by_a_zero_spread():
     mixed = [Episode(seed=1, group=0, agent="agent_0", ret=r, reason="success") for r in (1.0, 0.0)]
     second = baseline(mixed, role_of=lambda a: a)
     assert np.all(np.abs(second.advantages) <= 1.0)  # centred only: never a 1e6 spike
+
+
+def test_explained_variance_is_measured_on_the_batch_with_the_values_gae_used():
+    batch = make_batch([("agent_0", "success", [0.0, 1.0]), ("agent_1", "failure", [0.0, 0.0]),
+                        ("agent_0", "success", [0.5, 0.5])])
+    returns_to_go = np.array([1.0, 1.0, 0.0, 0.0, 1.0, 0.5])
+    bootstrap = np.zeros(3)
+    exact = gae_advantages(batch, returns_to_go, bootstrap, gamma=1.0, lam=0.95)
+    assert exact.metrics()["train/explained_variance"] == pytest.approx(1.0)  # values = targets
+    blind = gae_advantages(batch, np.zeros(6), bootstrap, gamma=1.0, lam=1.0)
+    assert blind.metrics()["train/explained_variance"] == pytest.approx(0.0)  # explains nothing
+    off = gae_advantages(batch, returns_to_go + np.array([0.5, -0.5, 0.5, -0.5, 0.5, -0.5]), bootstrap, 1.0, 1.0)
+    assert off.metrics()["train/explained_variance"] < 0  # worse than the mean
