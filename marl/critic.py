@@ -8,8 +8,14 @@
   update). Any number of agents fits (the state is text, never a fixed-order concatenation of
   per-agent vectors). The readers of a state are taken from the whole batch, so a minibatch reads
   the same sequence the advantages were computed from.
+- Agent-specific (`mappo` with a `state_view`, see `STATE_VIEWS`): the state rewritten per reader
+  (its own line last, or only the team's lines and its own), or the agent's own conversation with
+  that view inserted before each turn. One sequence per reader then (a view is one agent's).
 - Decentralized (`ippo`): the critic reads the agent's own conversation, exactly the token ids
   the policy saw; one forward over the episode gives the value before every turn.
+
+The critic steps in its own minibatches of whole teams (`minibatches`, `team_chunks`), apart from
+the policy's: it shares no weights with it, and a random-init critic needs the steps.
 
 Truncated episodes (`max_turns`) also get the value of the state they were left in (the final
 global state, or the conversation plus the final observation), which GAE bootstraps from, unless
