@@ -58,19 +58,13 @@ def fit(critic: Critic, train: RolloutBatch, heldout: RolloutBatch, epochs: int,
     target_train, target_held = returns_to_go(train), returns_to_go(heldout)
     held_inputs = critic.inputs(heldout, range(len(heldout.episodes)))
     held_target = np.array([target_held[r] for r in held_inputs.turns])
-    # Minibatches hold whole teams (an env's agent-episodes), so a shared state sequence is read once.
-    teams: dict[int, list[int]] = {}
-    for e, ep in enumerate(train.episodes):
-        teams.setdefault(ep.group, []).append(e)
-    blocks = list(teams.values())
-    per_batch = max(1, minibatch // max(len(b) for b in blocks))
     out = []
     for _ in range(epochs):
         start = time.perf_counter()
-        order = rng.permutation(len(blocks))
         preds, targets = [], []
-        for k in range(0, len(order), per_batch):
-            chosen = [e for b in order[k : k + per_batch] for e in blocks[b]]
+        # Minibatches of whole teams (as the learner steps the critic), about `minibatch` agent-episodes each.
+        n = max(1, -(-len(train.episodes) // minibatch))
+        for chosen in critic.team_chunks(train, range(len(train.episodes)), n, rng):
             inputs = critic.inputs(train, chosen)
             if not inputs.turns:
                 continue

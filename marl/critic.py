@@ -93,19 +93,32 @@ class Critic:
         self.max_grad_norm = max_grad_norm
         self.chunk = chunk
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-        self._encoded: dict[str, list[int]] = {}
+        self._encoded: dict[tuple[str, bool], list[int]] = {}
         self._suffixes: dict[str, list[int]] = {}
         self._readers_of: tuple[RolloutBatch | None, dict[str, list[str]]] = (None, {})
 
-    def _encode(self, text: str) -> list[int]:
-        ids = self._encoded.get(text)
+    def _encode(self, text: str, bos: bool = True) -> list[int]:
+        """Token ids of `text` (after BOS when `bos`), cached."""
+        key = (text, bos)
+        ids = self._encoded.get(key)
         if ids is None:
-            bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
-            ids = bos + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            first = [self.tokenizer.bos_token_id] if bos and self.tokenizer.bos_token_id is not None else []
+            ids = first + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             if len(self._encoded) > 50_000:  # states rarely repeat across iterations: keep memory bounded
                 self._encoded.clear()
-            self._encoded[text] = ids
+            self._encoded[key] = ids
         return ids
+
+    @staticmethod
+    def _acting_turns(batch: RolloutBatch, e: int) -> list[int]:
+        """Episode `e`'s turns that produced tokens (the ones valued)."""
+        return [i for i in batch.episodes[e].turns if batch.turns[i].action_ids]
+
+    @staticmethod
+    def _conversation(batch: RolloutBatch, idx: list[int]) -> list[int]:
+        """The whole conversation of an agent-episode: its last prompt and last action."""
+        last = batch.turns[idx[-1]]
+        return list(last.prompt_ids) + list(last.action_ids)
 
     def _suffix(self, agent: str) -> list[int]:
         ids = self._suffixes.get(agent)
@@ -123,7 +136,7 @@ class Critic:
         out = []
         for e in episodes:
             ep = batch.episodes[e]
-            idx = [i for i in ep.turns if batch.turns[i].action_ids]
+            idx = self._acting_turns(batch, e)
             if not idx:
                 continue
             states = [(batch.turns[i].state, i) for i in idx]
@@ -162,11 +175,7 @@ class Critic:
         return CriticInputs(seqs, positions, reads)
 
     def _state_ids(self, state: str, agent: str, agents: frozenset[str]) -> list[int]:
-        key = f"\n{_own_team(state, agent, agents)}"
-        ids = self._encoded.get(key)
-        if ids is None:
-            ids = self._encoded[key] = list(self.tokenizer(key, add_special_tokens=False)["input_ids"])
-        return ids + self._suffix(agent)
+        return self._encode(f"\n{_own_team(state, agent, agents)}", bos=False) + self._suffix(agent)
 
     def _with_own_inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
         """One sequence per agent-episode: its conversation, with the global state and its id before each turn."""
@@ -174,11 +183,10 @@ class Critic:
         seqs, positions, reads = [], [], []
         for e in episodes:
             ep = batch.episodes[e]
-            idx = [i for i in ep.turns if batch.turns[i].action_ids]
+            idx = self._acting_turns(batch, e)
             if not idx:
                 continue
-            last = batch.turns[idx[-1]]
-            conversation = list(last.prompt_ids) + list(last.action_ids)
+            conversation = self._conversation(batch, idx)
             seq: list[int] = []
             pos: list[int] = []
             done = 0
@@ -216,11 +224,10 @@ class Critic:
         reads: list[int] = []
         for e in episodes:
             ep = batch.episodes[e]
-            idx = [i for i in ep.turns if batch.turns[i].action_ids]
+            idx = self._acting_turns(batch, e)
             if not idx:
                 continue
-            last = batch.turns[idx[-1]]
-            sequence = list(last.prompt_ids) + list(last.action_ids)
+            sequence = self._conversation(batch, idx)
             pos = [len(batch.turns[i].prompt_ids) - 1 for i in idx]
             reads.extend(idx)
             if self._bootstraps(ep):
