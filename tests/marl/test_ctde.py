@@ -169,9 +169,9 @@ def test_each_agent_is_played_and_scored_by_its_own_teams_model(tmp_path):
         args = ([t.prompt_ids for t in turns], [t.action_ids for t in turns], [t.allowed for t in turns])
         with torch.no_grad():
             mine, theirs = own.sequence_logprobs(*args), other.sequence_logprobs(*args)
-        gap_own = max((mine.logprobs[r, : len(t.action_ids)] - torch.tensor(t.logprobs)).abs().max().item()
+        gap_own = max((mine.logprobs[r, : len(t.action_ids)].cpu() - torch.tensor(t.logprobs)).abs().max().item()
                       for r, t in enumerate(turns))
-        gap_other = max((theirs.logprobs[r, : len(t.action_ids)] - torch.tensor(t.logprobs)).abs().max().item()
+        gap_other = max((theirs.logprobs[r, : len(t.action_ids)].cpu() - torch.tensor(t.logprobs)).abs().max().item()
                         for r, t in enumerate(turns))
         assert gap_own < 1e-4 < gap_other
 

@@ -62,7 +62,7 @@ def test_rollout_logprobs_equal_recomputed_before_update(setup):
                                           [t.allowed for t in turns])
     worst = 0.0
     for row, t in enumerate(turns):
-        got = scores.logprobs[row, : len(t.action_ids)]
+        got = scores.logprobs[row, : len(t.action_ids)].cpu()
         worst = max(worst, (got - torch.tensor(t.logprobs)).abs().max().item())
     assert worst < 1e-4
     # The learner scores each episode as one sequence (all turns' spans in one forward): same numbers.
@@ -72,7 +72,7 @@ def test_rollout_logprobs_equal_recomputed_before_update(setup):
                                      [[t.allowed for t in p.turns] for p in pieces])
     flat = [t for p in pieces for t in p.turns]
     assert len(flat) == len(turns) and any(len(p.turns) > 1 for p in pieces)
-    worst = max((spans.logprobs[row, : len(t.action_ids)] - torch.tensor(t.logprobs)).abs().max().item()
+    worst = max((spans.logprobs[row, : len(t.action_ids)].cpu() - torch.tensor(t.logprobs)).abs().max().item()
                 for row, t in enumerate(flat))
     assert worst < 1e-4
 

@@ -40,7 +40,7 @@ def test_sft_learns_and_leaves_a_clean_model(tmp_path):
     assert model.config.output_router_logits is False
     assert "forward" not in vars(model)
     reference = copy.deepcopy(model)
-    x = torch.tensor([ids[:20]])
+    x = torch.tensor([ids[:20]], device=model.device)
     with torch.no_grad():
         next(model.parameters()).add_(0.5)
         assert not torch.equal(model(x).logits, reference(x).logits)
