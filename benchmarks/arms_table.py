@@ -16,7 +16,8 @@ same name already FINISHED are read back instead of trained again.
 With `--shared-sft FLAGS`, each seed first trains one SFT-only run (`--iterations 0 FLAGS`, row
 `sft`) and every arm starts its RL from that checkpoint (`--policy.model <it> --sft.seconds 0`): arms
 that differ only in RL (algorithms) then share the SFT phase exactly, its seed-to-seed noise included,
-at the same total budget and a third of the SFT cost. Only for one shared policy (`--policy-mapping
+at the same total budget and a third of the SFT cost. `{sft}` in an arm's flags stands for that
+seed's SFT checkpoint (`--critic.model {sft}`: a critic warm-started from the policy's trunk). Only for one shared policy (`--policy-mapping
 shared`): a checkpoint holds one set of weights per policy, and the arms must not start from another's.
 
     python benchmarks/arms_table.py --scenario info_split --agents 3 --seeds 0 1 2 \\
@@ -146,6 +147,10 @@ def main() -> None:
             results["sft"].append(figures)
             start = ["--policy.model", sft_checkpoint, "--sft.seconds", "0"]
         for arm, flags in arms:
+            if start:  # `{sft}` in an arm's flags names this seed's shared SFT checkpoint (a warm-started critic)
+                flags = [f.replace("{sft}", sft_checkpoint) for f in flags]
+            elif any("{sft}" in f for f in flags):
+                raise SystemExit(f"arm {arm}: {{sft}} names the shared SFT checkpoint; add --shared-sft")
             figures, checkpoint = train_arm(args.workdir, uri, experiment, f"{arm}-s{seed}",
                                             [*common, "--seed", str(seed), *start, *flags])
             results[arm].append(figures)
