@@ -125,7 +125,7 @@ class CriticConfig:
     """The value model of critic-based algorithms (`mappo`, `ippo`); unused by `grpo`."""
 
     model: str = "tiny-critic"
-    """Critic trunk: a preset (`tiny-critic`, `small-critic`: dense, random init), a saved critic folder or an AutoModel id."""
+    """Critic trunk: a preset (`tiny-critic`, `small-critic`: dense, random init), a saved critic folder, or an AutoModel folder or id (a policy checkpoint: a critic warm-started from the policy's trunk)."""
     learning_rate: float = 1e-3
     """Adam learning rate of the critic."""
     minibatches: int = 8
