@@ -17,8 +17,9 @@ With `--shared-sft FLAGS`, each seed first trains one SFT-only run (`--iteration
 `sft`) and every arm starts its RL from that checkpoint (`--policy.model <it> --sft.seconds 0`): arms
 that differ only in RL (algorithms) then share the SFT phase exactly, its seed-to-seed noise included,
 at the same total budget and a third of the SFT cost. `{sft}` in an arm's flags stands for that
-seed's SFT checkpoint (`--critic.model {sft}`: a critic warm-started from the policy's trunk). Only for one shared policy (`--policy-mapping
-shared`): a checkpoint holds one set of weights per policy, and the arms must not start from another's.
+seed's SFT checkpoint (`--critic.model {sft}`: a critic warm-started from the policy's trunk). Only
+for one shared policy (`--policy-mapping shared`): a checkpoint holds one set of weights per policy,
+and the arms must not start from another's.
 
     python benchmarks/arms_table.py --scenario info_split --agents 3 --seeds 0 1 2 \\
         --shared-sft "--sft.seconds 270" --common "--rl.seconds 180" \\

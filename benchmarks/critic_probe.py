@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 import scenarios
+from marl.advantages import explained_variance
 from marl.critic import Critic
 from marl.evaluation_cli import load_policy
 from marl.rollout import RolloutBatch, RolloutWorker
@@ -45,11 +46,6 @@ def returns_to_go(batch: RolloutBatch) -> np.ndarray:
             running += batch.turns[i].reward
             out[i] = running
     return out
-
-
-def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
-    var = float(np.var(target))
-    return float(1.0 - np.var(target - pred) / var) if var > 1e-8 else 0.0
 
 
 def fit(critic: Critic, train: RolloutBatch, heldout: RolloutBatch, epochs: int, minibatch: int,

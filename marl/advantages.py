@@ -172,6 +172,12 @@ def bootstrap_needed(ep: Episode) -> bool:
     return ep.reason not in TERMINAL_REASONS and ep.reason not in HARNESS_FAULTS
 
 
+def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
+    """1 - Var(target - pred) / Var(target): 1 explains all, 0 no better than the mean (0 for constant targets)."""
+    var = float(np.var(target))
+    return float(1.0 - np.var(target - pred) / var) if var > 1e-8 else 0.0
+
+
 def gae_advantages(
     batch: RolloutBatch,
     values: np.ndarray,
@@ -208,8 +214,7 @@ def gae_advantages(
         by_key[normalize_key(ep.agent)].extend(idx)
     explained = None
     if include.any():
-        target, residual = returns[include], returns[include] - np.asarray(values, dtype=np.float64)[include]
-        explained = float(1.0 - residual.var() / target.var()) if target.var() > 1e-8 else 0.0
+        explained = explained_variance(np.asarray(values, dtype=np.float64)[include], returns[include])
     for idx in by_key.values():
         block = adv[idx]
         centered = block - block.mean()
