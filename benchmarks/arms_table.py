@@ -17,9 +17,10 @@ With `--shared-sft FLAGS`, each seed first trains one SFT-only run (`--iteration
 `sft`) and every arm starts its RL from that checkpoint (`--policy.model <it> --sft.seconds 0`): arms
 that differ only in RL (algorithms) then share the SFT phase exactly, its seed-to-seed noise included,
 at the same total budget and a third of the SFT cost. `{sft}` in an arm's flags stands for that
-seed's SFT checkpoint (`--critic.model {sft}`: a critic warm-started from the policy's trunk). Only
-for one shared policy (`--policy-mapping shared`): a checkpoint holds one set of weights per policy,
-and the arms must not start from another's.
+seed's SFT checkpoint (`--critic.model {sft}`: a critic warm-started from the policy's trunk). The
+SFT run trains one shared policy (so `--common` must not set another mapping); an arm may still split
+it (`--policy-mapping team` in the arm's flags): every team's policy then starts from the same SFT
+weights, which learned every seat from the expert, and RL trains each team's copy on its own.
 
     python benchmarks/arms_table.py --scenario info_split --agents 3 --seeds 0 1 2 \\
         --shared-sft "--sft.seconds 270" --common "--rl.seconds 180" \\
@@ -29,6 +30,11 @@ and the arms must not start from another's.
         --arm "none=" --arm "ring=--comms.topology ring" --arm "full=--comms.topology full" \\
         --arm "full+drop=--comms.topology full --comms.drop 0.3" \\
         --eval "drop30=--comms-drop 0.3" --eval-arms full full+drop30 --pair ring,none --pair full,none
+
+    python benchmarks/arms_table.py --scenario predator_prey --agents 4 --seeds 0 1 2 \\
+        --shared-sft "--sft.seconds 270" --common "--rl.seconds 180" \\
+        --arm "grpo=--algo grpo --policy-mapping team" --arm "mappo=--algo mappo --policy-mapping team" \\
+        --figures team/predator/success_rate team/prey/truncation_rate team/predator/return_mean team/prey/return_mean
 """
 
 from __future__ import annotations
@@ -89,8 +95,7 @@ def extra_eval(cwd: Path, checkpoint: str, splits: list[str], episodes: int, fla
     for split in splits:
         line = marl(["eval", "--checkpoint", checkpoint, "--split", split, "--episodes", str(episodes), *flags], cwd)
         report = json.loads(line.strip().splitlines()[-1])
-        out[f"{split}/success_rate"] = report["success_rate"]
-        out[f"{split}/return_mean"] = report["return_mean"]
+        out.update({f"{split}/{k}": v for k, v in report.items() if isinstance(v, (int, float))})
     return out
 
 
@@ -114,6 +119,9 @@ def main() -> None:
     parser.add_argument("--common", default="", help="flags every arm gets (budgets, eval episodes, ...)")
     parser.add_argument("--episodes", type=int, default=100, help="held-out episodes per split")
     parser.add_argument("--pair", action="append", default=[], help="A,B: report A minus B per seed (repeatable)")
+    parser.add_argument("--figures", nargs="+", default=["success_rate", "return_mean"],
+                        help="held-out figures to tabulate per split, e.g. team/predator/success_rate "
+                        "team/prey/truncation_rate for a scenario with teams")
     parser.add_argument("--shared-sft", default=None, help="flags of one SFT-only run per seed that every arm's RL "
                         "starts from (see the module docstring)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/marl-arms"))
@@ -161,14 +169,11 @@ def main() -> None:
             print(f"seed {seed} {arm}: {shown} ({figures['train_seconds']:.0f} s of training)", flush=True)
     print(f"\n{args.scenario}, agents {args.agents or 'default'}, seeds {args.seeds}, {args.episodes} held-out "
           f"episodes per split, greedy; common flags: {' '.join(common)}\n")
-    header = " | ".join(f"{s} success | {s} return" for s in splits)
+    header = " | ".join(f"{s} {f}" for s in splits for f in args.figures)
     print(f"| arm | {header} | train seconds |")
-    print("|---|" + "---|" * (2 * len(splits) + 1))
+    print("|---|" + "---|" * (len(args.figures) * len(splits) + 1))
     for name, rows in results.items():
-        cells = []
-        for s in splits:
-            cells.append(cell([r[f"{s}/success_rate"] for r in rows if f"{s}/success_rate" in r]))
-            cells.append(cell([r[f"{s}/return_mean"] for r in rows if f"{s}/return_mean" in r]))
+        cells = [cell([r[f"{s}/{f}"] for r in rows if f"{s}/{f}" in r]) for s in splits for f in args.figures]
         secs = [r["train_seconds"] for r in rows if "train_seconds" in r]
         print(f"| {name} | " + " | ".join(cells) + f" | {cell(secs)} |")
     for pair in args.pair:

@@ -56,6 +56,8 @@ class EvalArgs:
     """Message delay in steps during evaluation (default: the checkpoint's)."""
     comms_noise: float | None = None
     """Per-character corruption probability during evaluation (default: the checkpoint's)."""
+    scripted_team: str | None = None
+    """A team the scripted expert plays while the policy plays the rest (e.g. `prey`: trained predators against expert prey)."""
     model: str = "tiny-moe"
     """Model preset for `--policy untrained`."""
     output_dir: str = "runs"

@@ -19,12 +19,17 @@ def evaluate(
     sample_seed: int | None = 0,
     actor: Any = None,
     batch: int = 200,
+    scripted: Any = None,
 ) -> tuple[dict[str, float], RolloutBatch]:
-    """Play every seed once; returns summary figures (names without prefix) and the last batch."""
+    """Play every seed once; returns summary figures (names without prefix) and the last batch.
+
+    `actor` plays every agent, or with `scripted(env, agent)` only those (see `RolloutWorker.collect`).
+    """
     merged: RolloutBatch | None = None
     for chunk, start in enumerate(range(0, len(seeds), batch)):
         chunk_seed = None if sample_seed is None else sample_seed * 100_003 + chunk
-        part = worker.collect(seeds[start : start + batch], greedy=greedy, sample_seed=chunk_seed, actor=actor)
+        part = worker.collect(seeds[start : start + batch], greedy=greedy, sample_seed=chunk_seed, actor=actor,
+                              scripted=scripted)
         if merged is None:
             merged = part
         else:

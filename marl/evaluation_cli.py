@@ -3,7 +3,9 @@
 Baselines share the rollout worker with the LLM: `expert` (the scenario's scripted expert),
 `random` (a uniformly random valid action each turn) and `untrained` (a random-init LLM of the
 same preset and tokenizer as training, decoding under the same constraints). A checkpoint brings
-its scenario, agent count and scenario options; flags override the first two.
+its scenario, agent count and scenario options; flags override the first two. `--scripted-team T`
+lets the scripted expert play team T against the policy (a self-play checkpoint's predators
+against expert prey), so teams trained by different runs meet one fixed opponent.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import scenarios
 from marl.checkpoint import read_meta
 from marl.config import CommsConfig, ConfigError, TrainConfig, comms_topology
 from marl.evaluate import evaluate
-from marl.rollout import RolloutWorker, expert_actor
+from marl.rollout import RolloutWorker, expert_actor, team_name
 from policies.random_policy import RandomPolicy
 
 BASELINES = ("expert", "random", "untrained")
@@ -113,7 +115,10 @@ def run_eval(args: Any) -> dict[str, Any]:
         make_env = partial(shared_env, make_env, sharing.topology, channel)
     seeds = list(make_env().eval_seeds(args.split, args.episodes))
     worker = RolloutWorker(make_env, policy, chat)
-    figures, _ = evaluate(worker, seeds, greedy=args.greedy, sample_seed=args.seed, actor=actor)
+    scripted = scripted_team(args, make_env)
+    if scripted is not None:
+        actor = expert_actor
+    figures, _ = evaluate(worker, seeds, greedy=args.greedy, sample_seed=args.seed, actor=actor, scripted=scripted)
     out: dict[str, Any] = {"scenario": scenario, "split": args.split, "policy": args.policy,
                            "agents": agents, "greedy": args.greedy, **figures}
     if sharing.topology != "none":
@@ -124,7 +129,24 @@ def run_eval(args: Any) -> dict[str, Any]:
     out["agent_episodes"] = int(figures["episodes"])
     if args.checkpoint:
         out["checkpoint"] = str(args.checkpoint)
+    if scripted is not None:
+        out["scripted_team"] = args.scripted_team
     return out
+
+
+def scripted_team(args: Any, make_env: Any) -> Any:
+    """`--scripted-team T`: a predicate for the agents of team T (played by the scripted expert), or None."""
+    if args.scripted_team is None:
+        return None
+    if args.policy in ("expert", "random"):
+        raise ConfigError(f"--scripted-team puts the expert against an LLM policy, not --policy {args.policy}: "
+                          "use a --checkpoint or --policy untrained")
+    env = make_env()
+    env.reset(seed=0)
+    teams = sorted({team_name(env, agent) for agent in env.possible_agents} - {""})
+    if args.scripted_team not in teams:
+        raise ConfigError(f"--scripted-team {args.scripted_team!r}: this scenario's teams are {teams or 'none'}")
+    return lambda env, agent: team_name(env, agent) == args.scripted_team
 
 
 def comms_settings(meta: dict[str, Any], args: Any) -> CommsConfig:

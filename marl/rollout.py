@@ -34,6 +34,10 @@ def turn_seed(sample_seed: int | None, turn: int) -> int | None:
     return int(np.random.SeedSequence([sample_seed, turn]).generate_state(1)[0])
 
 
+SCRIPTED = "scripted"
+"""The policy id of an episode an `actor` played (no tokens: never in a loss)."""
+
+
 def expert_actor(env: Any, agent: str) -> str:
     """The scenario's scripted expert as an `actor` for `RolloutWorker.collect`."""
     return env.expert_action(agent)
@@ -73,6 +77,8 @@ class Episode:
     """The global state after the agent's last turn (recorded with `record_state`)."""
     env: int = -1
     """Index of the environment within its collection: the agent-episodes of one team share it."""
+    team: str = ""
+    """The agent's team where the scenario has teams (its `team_of`), else empty."""
 
 
 @dataclass
@@ -125,13 +131,18 @@ class RolloutWorker:
         actor: Callable[[Any, str], str] | None = None,
         max_loops: int = 1000,
         record_state: bool = False,
+        scripted: Callable[[Any, str], bool] | None = None,
     ) -> RolloutBatch:
         """Play one episode per seed (all agents of each) and return every turn and episode.
 
-        `actor(env, agent) -> text` replaces the LLM (scripted expert, random baseline); then turns
-        carry no token ids. `record_state` keeps the scenario's `state()` with every turn and at
-        every agent's end (what a centralized critic reads).
+        `actor(env, agent) -> text` replaces the LLM (scripted expert, random baseline); its turns
+        carry no token ids. By default it plays every agent; with `scripted(env, agent) -> bool` it
+        plays only those agents and the policy the rest (a trained team against scripted opponents).
+        `record_state` keeps the scenario's `state()` with every turn and at every agent's end (what a
+        centralized critic reads).
         """
+        if scripted is not None and (actor is None or self.policies is None):
+            raise ValueError("`scripted` picks the agents an actor plays beside a policy: pass both")
         start = time.perf_counter()
         groups = list(groups) if groups is not None else list(range(len(seeds)))
         envs = self._envs(len(seeds))
@@ -145,12 +156,14 @@ class RolloutWorker:
             for agent in env.agents:
                 key = (i, agent)
                 slot[key] = len(episodes)
-                pid = self.policies.policy_of(env, agent) if actor is None else "scripted"
-                episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent, policy=pid, env=i))
+                by_actor = actor is not None and (scripted is None or scripted(env, agent))
+                pid = SCRIPTED if by_actor else self.policies.policy_of(env, agent)
+                episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent, policy=pid, env=i,
+                                        team=team_name(env, agent)))
                 text = observations[agent]["text"]
                 last_obs[key] = text
                 episodes[slot[key]].transcript.append(("observation", text))
-                if actor is None:
+                if not by_actor:
                     context[key] = self.chat.first(text)
         gen_s = env_s = 0.0
         tokens = steps = 0
@@ -161,23 +174,25 @@ class RolloutWorker:
             if not live:
                 break
             t0 = time.perf_counter()
-            if actor is None:
-                grammars = [envs[i].action_grammar(a) if self.policies.constrained else None for i, a in live]
-                owners = [episodes[slot[k]].policy for k in live]
-                gen = self.policies.generate([context[k] for k in live], grammars, owners, greedy=greedy,
-                                             seed=turn_seed(sample_seed, loop), keys=live, turn_caches=turn_caches)
-                texts = list(gen.texts)
+            llm = [k for k in live if episodes[slot[k]].policy != SCRIPTED]
+            gen = None
+            texts: dict[tuple[int, str], str] = {}
+            if llm:
+                grammars = [envs[i].action_grammar(a) if self.policies.constrained else None for i, a in llm]
+                owners = [episodes[slot[k]].policy for k in llm]
+                gen = self.policies.generate([context[k] for k in llm], grammars, owners, greedy=greedy,
+                                             seed=turn_seed(sample_seed, loop), keys=llm, turn_caches=turn_caches)
+                texts.update(zip(llm, gen.texts, strict=True))
                 tokens += sum(len(ids) for ids in gen.token_ids)
-            else:
-                gen = None
-                texts = [actor(envs[i], a) for i, a in live]
+            for i, a in live:
+                if (i, a) not in texts:
+                    texts[(i, a)] = actor(envs[i], a)
             gen_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             per_env: dict[int, dict[str, str]] = {}
-            row_of: dict[tuple[int, str], int] = {}
-            for row, (key, text) in enumerate(zip(live, texts, strict=True)):
-                per_env.setdefault(key[0], {})[key[1]] = text
-                row_of[key] = row
+            row_of = {key: row for row, key in enumerate(llm)}  # the generate call's row of each LLM agent
+            for key in live:
+                per_env.setdefault(key[0], {})[key[1]] = texts[key]
             for i, actions in per_env.items():
                 state = envs[i].state() if record_state else None
                 obs, rewards, terms, truncs, infos = envs[i].step(actions)
@@ -185,18 +200,19 @@ class RolloutWorker:
                 for agent, text in actions.items():
                     key = (i, agent)
                     ep = episodes[slot[key]]
-                    row = row_of[key]
+                    row = row_of.get(key)
                     info = infos.get(agent, {})
                     reward = float(rewards.get(agent, 0.0))
                     ep.ret += reward
                     ep.transcript.append(("action", text))
                     ep.turns.append(len(turns))
+                    by_llm = gen is not None and row is not None
                     turns.append(Turn(
                         episode=slot[key],
-                        prompt_ids=list(context[key]) if gen is not None else [],
-                        action_ids=list(gen.token_ids[row]) if gen is not None else [],
-                        logprobs=list(gen.logprobs[row]) if gen is not None else [],
-                        allowed=gen.allowed[row] if gen is not None else None,
+                        prompt_ids=list(context[key]) if by_llm else [],
+                        action_ids=list(gen.token_ids[row]) if by_llm else [],
+                        logprobs=list(gen.logprobs[row]) if by_llm else [],
+                        allowed=gen.allowed[row] if by_llm else None,
                         reward=reward,
                         invalid=bool(info.get("invalid_action", False)),
                         state=state,
@@ -211,7 +227,7 @@ class RolloutWorker:
                         continue
                     text_obs = obs[agent]["text"]
                     ep.transcript.append(("observation", text_obs))
-                    if gen is not None:
+                    if by_llm:
                         context[key] = context[key] + list(gen.token_ids[row]) + self.chat.next(text_obs)
             env_s += time.perf_counter() - t0
         else:
@@ -222,24 +238,43 @@ class RolloutWorker:
                             reused_prompt_tokens=reused)
 
 
+def team_name(env: Any, agent: str) -> str:
+    """`env.team_of(agent)` where the scenario has teams (predator_prey), else ""."""
+    team_of = getattr(env, "team_of", None)
+    return str(team_of(agent)) if callable(team_of) else ""
+
+
+def outcome_rates(eps: Sequence[Episode], prefix: str) -> dict[str, float]:
+    """Success, return and truncation of a set of agent-episodes, under `prefix`."""
+    n = max(len(eps), 1)
+    return {
+        f"{prefix}/success_rate": sum(e.reason == "success" for e in eps) / n,
+        f"{prefix}/return_mean": float(np.mean([e.ret for e in eps])) if eps else 0.0,
+        f"{prefix}/truncation_rate": sum(e.reason == "max_turns" for e in eps) / n,
+    }
+
+
 def summarize(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:
     """Rollout metrics under DESIGN.md's names.
 
     Conventions: rates are over agent-episodes (success, truncation, harness faults) or over actions
     (invalid actions); `return_mean` is the mean per-agent episode return; `agent/<id>/return` is that
-    agent's mean return over the batch.
+    agent's mean return over the batch. Where agents belong to several teams (predator_prey), the
+    mixed figures mean little, so each team's success, return and truncation (for prey: survival)
+    rates come too, as `<prefix>/team/<team>/...`.
     """
     eps = batch.episodes
     n = max(len(eps), 1)
-    reasons = [e.reason for e in eps]
-    out = {
-        f"{prefix}/success_rate": sum(r == "success" for r in reasons) / n,
-        f"{prefix}/return_mean": float(np.mean([e.ret for e in eps])) if eps else 0.0,
+    out = outcome_rates(eps, prefix)
+    out.update({
         f"{prefix}/invalid_action_rate": sum(t.invalid for t in batch.turns) / max(len(batch.turns), 1),
-        f"{prefix}/truncation_rate": sum(r == "max_turns" for r in reasons) / n,
-        f"{prefix}/harness_fault_rate": sum(r in HARNESS_FAULTS for r in reasons) / n,
+        f"{prefix}/harness_fault_rate": sum(e.reason in HARNESS_FAULTS for e in eps) / n,
         f"{prefix}/turns_per_episode": len(batch.turns) / n,
-    }
+    })
+    teams = sorted({e.team for e in eps if e.team})
+    if len(teams) > 1:
+        for team in teams:
+            out.update(outcome_rates([e for e in eps if e.team == team], f"{prefix}/team/{team}"))
     if prefix == "rollout":
         by_agent: dict[str, list[float]] = {}
         for e in eps:
