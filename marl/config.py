@@ -192,6 +192,8 @@ class TrainConfig:
     """Scenario split that training tasks come from."""
     eval_episodes: int = 100
     """Held-out episodes per evaluation split at the end of training (0 skips)."""
+    eval_sampled: bool = False
+    """Also evaluate with sampling at the policy temperature (`eval_sampled/<split>/...`): sturdier than greedy for comparing runs."""
     eval_splits: tuple[str, ...] | None = None
     """Evaluation splits at the end of training (default: every split of the scenario but `train_split`)."""
     output_dir: str = "runs"

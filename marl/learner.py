@@ -185,7 +185,8 @@ class Learner:
         if self.critic is not None:
             self.critic.model.eval()
         skips = metrics.pop("train/nonfinite_skips", [])
-        out = {k: float(np.nanmean(v)) for k, v in metrics.items()}
+        # A metric whose every step was skipped stays NaN (the KL controller ignores NaN), without numpy's warning.
+        out = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in metrics.items()}
         out["train/nonfinite_skips"] = float(len(skips))
         out["train/kl_coef"] = self.kl.update(out.get("train/kl", 0.0))
         out["train/episodes"] = float(len(episodes))

@@ -332,6 +332,9 @@ def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int
         figures, batch = evaluate(worker, seeds, greedy=True)
         final.update({f"eval/{split}/{k}": v for k, v in figures.items()})
         tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
+        if cfg.eval_sampled:  # greedy play can tip on one looping path; sampled play averages over paths
+            figures, _ = evaluate(worker, seeds, greedy=False, sample_seed=0)
+            final.update({f"eval_sampled/{split}/{k}": v for k, v in figures.items()})
     tr.log_metrics(final, step=step)
     print("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")), flush=True)
     return final

@@ -31,7 +31,7 @@ def marl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_train_then_eval_through_the_cli(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     proc = marl("train", "--iterations", "2", "--sft.seconds", "4", "--sft.episodes", "64",
-                "--rl.tasks-per-iteration", "2", "--rl.group-size", "2", "--eval-episodes", "3",
+                "--rl.tasks-per-iteration", "2", "--rl.group-size", "2", "--eval-episodes", "3", "--eval-sampled",
                 "--policy.tokenizer-episodes", "100", "--tracking-uri", uri, "--experiment", "smoke",
                 "--artifact-location", str(tmp_path / "mlruns"), "--output-dir", str(tmp_path / "runs"),
                 cwd=tmp_path)
@@ -45,6 +45,7 @@ def test_train_then_eval_through_the_cli(tmp_path):
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     missing = REQUIRED_METRICS - set(run.data.metrics)
+    missing |= {f"eval_sampled/{s}/success_rate" for s in ("basic", "hard", "adversarial")} - set(run.data.metrics)
     assert not missing, f"metrics not logged: {sorted(missing)}"
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"transcripts", "checkpoint"} <= artifacts
