@@ -86,6 +86,10 @@ def train_arm(cwd: Path, uri: str, experiment: str, run_name: str, flags: list[s
     checkpoint = str((cwd / "runs" / run_id / "checkpoint").resolve())  # marl train's default --output-dir, under cwd
     metrics = MlflowClient(tracking_uri=uri).get_run(run_id).data.metrics
     figures = {k.removeprefix("eval/"): v for k, v in metrics.items() if k.startswith("eval/")}
+    for key, value in metrics.items():  # `--eval-sampled` runs: eval_sampled/<split>/x as <split>/sampled/x
+        if key.startswith("eval_sampled/"):
+            split, name = key.removeprefix("eval_sampled/").split("/", 1)
+            figures[f"{split}/sampled/{name}"] = value
     figures["train_seconds"] = metrics.get("sft/seconds", 0.0) + metrics.get("perf/elapsed_s", 0.0)
     return figures, checkpoint
 
@@ -95,7 +99,8 @@ def extra_eval(cwd: Path, checkpoint: str, splits: list[str], episodes: int, fla
     for split in splits:
         line = marl(["eval", "--checkpoint", checkpoint, "--split", split, "--episodes", str(episodes), *flags], cwd)
         report = json.loads(line.strip().splitlines()[-1])
-        out.update({f"{split}/{k}": v for k, v in report.items() if isinstance(v, (int, float))})
+        out.update({f"{split}/{k}": v for k, v in report.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return out
 
 
@@ -120,8 +125,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100, help="held-out episodes per split")
     parser.add_argument("--pair", action="append", default=[], help="A,B: report A minus B per seed (repeatable)")
     parser.add_argument("--figures", nargs="+", default=["success_rate", "return_mean"],
-                        help="held-out figures to tabulate per split, e.g. team/predator/success_rate "
-                        "team/prey/truncation_rate for a scenario with teams")
+                        help="held-out figures to tabulate (and pair) per split, e.g. team/predator/success_rate "
+                        "team/prey/truncation_rate for a scenario with teams, sampled/success_rate for runs "
+                        "with --eval-sampled")
     parser.add_argument("--shared-sft", default=None, help="flags of one SFT-only run per seed that every arm's RL "
                         "starts from (see the module docstring)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/marl-arms"))
@@ -168,7 +174,7 @@ def main() -> None:
             shown = ", ".join(f"{s} {figures.get(f'{s}/success_rate', float('nan')):.3f}" for s in splits)
             print(f"seed {seed} {arm}: {shown} ({figures['train_seconds']:.0f} s of training)", flush=True)
     print(f"\n{args.scenario}, agents {args.agents or 'default'}, seeds {args.seeds}, {args.episodes} held-out "
-          f"episodes per split, greedy; common flags: {' '.join(common)}\n")
+          f"episodes per split; common flags: {' '.join(common)}\n")
     header = " | ".join(f"{s} {f}" for s in splits for f in args.figures)
     print(f"| arm | {header} | train seconds |")
     print("|---|" + "---|" * (len(args.figures) * len(splits) + 1))
@@ -179,11 +185,13 @@ def main() -> None:
     for pair in args.pair:
         a, b = pair.split(",")
         for s in splits:
-            diffs = [x[f"{s}/return_mean"] - y[f"{s}/return_mean"] for x, y in zip(results[a], results[b], strict=True)]
-            succ = [x[f"{s}/success_rate"] - y[f"{s}/success_rate"] for x, y in zip(results[a], results[b], strict=True)]
-            print(f"{a} minus {b} on {s}: success {', '.join(f'{d:+.3f}' for d in succ)} "
-                  f"(mean {statistics.mean(succ):+.3f}); return {', '.join(f'{d:+.3f}' for d in diffs)} "
-                  f"(mean {statistics.mean(diffs):+.3f})")
+            shown = []
+            for f in args.figures:
+                diffs = [x[f"{s}/{f}"] - y[f"{s}/{f}"] for x, y in zip(results[a], results[b], strict=True)
+                         if f"{s}/{f}" in x and f"{s}/{f}" in y]
+                if diffs:
+                    shown.append(f"{f} {', '.join(f'{d:+.3f}' for d in diffs)} (mean {statistics.mean(diffs):+.3f})")
+            print(f"{a} minus {b} on {s}: " + "; ".join(shown))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,8 @@ def run_eval(args: Any) -> dict[str, Any]:
         raise ConfigError(f"--split {args.split!r} is not a split of {scenario}; choose one of {list(info.splits)}")
     if not info.agent_range[0] <= agents <= info.agent_range[1]:
         raise ConfigError(f"--agents {agents} is outside {scenario}'s range {list(info.agent_range)}")
+    # Checked before a model is loaded or built: a wrong team name fails at once.
+    scripted = scripted_team(args, partial(scenarios.make, scenario, n_agents=agents, **options))
 
     policy = chat = actor = None
     if args.policy == "checkpoint":
@@ -115,7 +117,6 @@ def run_eval(args: Any) -> dict[str, Any]:
         make_env = partial(shared_env, make_env, sharing.topology, channel)
     seeds = list(make_env().eval_seeds(args.split, args.episodes))
     worker = RolloutWorker(make_env, policy, chat)
-    scripted = scripted_team(args, make_env)
     if scripted is not None:
         actor = expert_actor
     figures, _ = evaluate(worker, seeds, greedy=args.greedy, sample_seed=args.seed, actor=actor, scripted=scripted)

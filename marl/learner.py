@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -103,8 +103,7 @@ def subset(batch: RolloutBatch, keep: Callable[[Episode], bool]) -> RolloutBatch
             t = batch.turns[i]
             ids.append(len(turns))
             turns.append(Turn(e, t.prompt_ids, t.action_ids, t.logprobs, t.allowed, t.reward, t.invalid, t.state))
-        episodes.append(Episode(ep.seed, ep.group, ep.agent, ids, ep.ret, ep.reason, ep.transcript, ep.policy,
-                                ep.final_observation, ep.final_state, ep.env))
+        episodes.append(replace(ep, turns=ids))
     return RolloutBatch(turns, episodes, batch.generated_tokens, batch.env_steps, batch.seconds,
                         batch.generate_seconds, batch.env_seconds)
 
@@ -186,7 +185,7 @@ class Learner:
             self.critic.model.eval()
         skips = metrics.pop("train/nonfinite_skips", [])
         # A metric whose every step was skipped stays NaN (the KL controller ignores NaN), without numpy's warning.
-        out = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in metrics.items()}
+        out = {k: float(np.nanmean(v)) if not np.isnan(v).all() else float("nan") for k, v in metrics.items()}
         out["train/nonfinite_skips"] = float(len(skips))
         out["train/kl_coef"] = self.kl.update(out.get("train/kl", 0.0))
         out["train/episodes"] = float(len(episodes))

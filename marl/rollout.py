@@ -1,6 +1,6 @@
 """Rollout: play many scenario episodes at once with one batched policy call per turn.
 
-Every live (environment, agent) pair of every environment is one row of a single `generate` call,
+Every live (environment, agent) pair the policy plays is one row of a single `generate` call,
 so a turn costs one batched forward whatever the number of environments and agents (N=1 is the
 same code path). Each agent keeps its conversation as token ids: a turn's prompt is the previous
 prompt + the generated action ids + the tokens of the new observation, so nothing is re-tokenized
@@ -23,8 +23,8 @@ import numpy as np
 from marl.policy_map import PolicyMap, single
 from scenarios.base import HARNESS_FAULTS  # endings that are never the agent's doing
 
-__all__ = ["HARNESS_FAULTS", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor", "summarize",
-           "turn_seed"]
+__all__ = ["HARNESS_FAULTS", "SCRIPTED", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor",
+           "summarize", "team_name", "turn_seed"]
 
 
 def turn_seed(sample_seed: int | None, turn: int) -> int | None:
@@ -266,8 +266,10 @@ def summarize(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:
     eps = batch.episodes
     n = max(len(eps), 1)
     out = outcome_rates(eps, prefix)
+    # Beside a scripted team, the rate is the policy's own (the expert's turns carry no tokens and are valid).
+    acted = [t for t in batch.turns if t.action_ids] or batch.turns
     out.update({
-        f"{prefix}/invalid_action_rate": sum(t.invalid for t in batch.turns) / max(len(batch.turns), 1),
+        f"{prefix}/invalid_action_rate": sum(t.invalid for t in acted) / max(len(acted), 1),
         f"{prefix}/harness_fault_rate": sum(e.reason in HARNESS_FAULTS for e in eps) / n,
         f"{prefix}/turns_per_episode": len(batch.turns) / n,
     })

@@ -30,7 +30,7 @@ from marl.critic import Critic
 from marl.evaluate import evaluate, transcript_text
 from marl.learner import Learner, subset
 from marl.policy_map import PolicyMap, policy_id, policy_ids, single
-from marl.rollout import RolloutWorker, summarize
+from marl.rollout import SCRIPTED, RolloutWorker, summarize
 from marl.sft import conversations, demonstration_episodes, run_sft
 from marl.tracking import Tracker
 from policies.chat import ChatFormat
@@ -289,7 +289,9 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         metrics = summarize(batch)
         per_policy: dict[str, dict[str, float]] = {}
         for pid, learner in learners.items():
-            part = batch if len(learners) == 1 else subset(batch, lambda ep, pid=pid: ep.policy == pid)
+            # A policy learns from its own agents' episodes only (never from a scripted seat's).
+            own = len(learners) == 1 and all(ep.policy != SCRIPTED for ep in batch.episodes)
+            part = batch if own else subset(batch, lambda ep, pid=pid: ep.policy == pid)
             adv = algo.advantages(part, learner.critic, cfg.rl.gamma, cfg.rl.gae_lambda, role_of, baselines.get(pid))
             per_policy[pid] = {**adv.metrics(), **learner.update(part, adv)}
         metrics.update(merge_policy_metrics(per_policy))
