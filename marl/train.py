@@ -288,10 +288,10 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         t0 = time.perf_counter()
         metrics = summarize(batch)
         per_policy: dict[str, dict[str, float]] = {}
+        # A policy learns from its own agents' episodes only (never from a scripted seat's).
+        whole = len(learners) == 1 and all(ep.policy != SCRIPTED for ep in batch.episodes)
         for pid, learner in learners.items():
-            # A policy learns from its own agents' episodes only (never from a scripted seat's).
-            own = len(learners) == 1 and all(ep.policy != SCRIPTED for ep in batch.episodes)
-            part = batch if own else subset(batch, lambda ep, pid=pid: ep.policy == pid)
+            part = batch if whole else subset(batch, lambda ep, pid=pid: ep.policy == pid)
             adv = algo.advantages(part, learner.critic, cfg.rl.gamma, cfg.rl.gae_lambda, role_of, baselines.get(pid))
             per_policy[pid] = {**adv.metrics(), **learner.update(part, adv)}
         metrics.update(merge_policy_metrics(per_policy))
