@@ -197,10 +197,14 @@ class CommsWrapper(ParallelEnv):
                 self.channel.send(step, sender, targets, f"says: {_one_line(messages[sender])}")
             if not cfg.shares_observations or sender not in live or sender not in obs:
                 continue  # agents that left stop sending
-            item = f"saw: {_one_line(str(obs[sender]['text']), skip=common)}"
+            parts = []
+            seen = _lines(self._view(sender, str(obs[sender]["text"])))
+            if any(line not in common for line in seen):
+                parts.append(f"saw: {_one_line(chr(10).join(seen), skip=common)}")
             if sender in actions:
-                item += f" | did: {_one_line(self._summary(sender, actions[sender]))}"
-            self.channel.send(step, sender, targets, item)
+                parts.append(f"did: {_one_line(self._summary(sender, actions[sender]))}")
+            if parts:  # nothing seen worth sharing and nothing done (a reset): nothing to send
+                self.channel.send(step, sender, targets, " | ".join(parts))
         arrived = self.channel.deliver(step, set(obs))
         note = getattr(self.env, "note_seen", None)
         out = {}
@@ -221,6 +225,10 @@ class CommsWrapper(ParallelEnv):
             if cfg.carries_messages:
                 self._seen.note(agent, "\n".join(lines))  # what neighbours said can be relayed
         return out
+
+    def _view(self, agent: str, text: str) -> str:
+        view = getattr(self.env, "shared_view", None)  # scenarios may leave out lines with no news
+        return str(view(agent, text)) if callable(view) else text
 
     def _summary(self, agent: str, action: Any) -> str:
         summary = getattr(self.env, "action_summary", None)  # scenarios may render actions compactly

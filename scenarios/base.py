@@ -270,3 +270,11 @@ class TextScenario(ParallelEnv):
     def action_summary(self, agent: str, action: object) -> str:
         """How ``agent``'s action reads to teammates it is shared with (comms); the text itself by default."""
         return action if isinstance(action, str) else repr(action)
+
+    def shared_view(self, agent: str, text: str) -> str:
+        """What of ``agent``'s observation ``text`` its teammates get under comms; the whole text by default.
+
+        A scenario may leave out lines that describe only the agent itself (its tool list) or
+        carry no news (an empty board): teammates cannot act on them, and every such line is
+        repeated once per neighbour, turn after turn, in each receiver's context."""
+        return text

@@ -103,6 +103,9 @@ from scenarios.tool_use.tasks import Call
 from scenarios.tool_use.tools import call_tool
 from scenarios.tool_use.world import KIND_OF, entity_vocabulary
 
+_SELF_LINES = ("you are ", "tools: ")
+_NO_NEWS = frozenset({"you know: nothing", "board: empty"})
+
 _WORD = re.compile(r"[A-Za-z0-9]+")
 BOARD_SHOWN = 16
 _PLAN_TURNS = 64  # the expert needs at most 11 turns; this only bounds a broken plan
@@ -305,6 +308,13 @@ class InfoSplitEnv(TextScenario):
 
     def action_summary(self, agent: str, action: object) -> str:
         return tool_action_summary(action)
+
+    def shared_view(self, agent: str, text: str) -> str:
+        """The facts and results in ``text``: without the agent's role and tool list (what it *is*,
+        which no teammate acts on) and without ``you know: nothing`` / ``board: empty`` (no news)."""
+        kept = [line for line in text.splitlines()
+                if not line.startswith(_SELF_LINES) and line.strip() not in _NO_NEWS]
+        return "\n".join(kept)
 
     def expert_action(self, agent: str) -> str:
         m, task = self._members.get(agent), self._task

@@ -1,5 +1,6 @@
 """The comms wrapper: PettingZoo API on real scenarios, delegation, and what each observation may hold."""
 
+import json
 import warnings
 
 import networkx as nx
@@ -213,7 +214,31 @@ def test_a_line_every_agent_already_has_is_not_repeated_per_neighbour():
         for b in env.possible_agents:  # what is private to each teammate still arrives
             if b != agent:
                 private = [line for line in own[b].splitlines() if line.startswith("you know:")][0]
-                assert private in text
+                if private != "you know: nothing":
+                    assert private in text
+
+
+def test_teammates_get_news_not_self_descriptions():
+    """The scenario's shared_view: a teammate's facts and results arrive, its role, tool list and
+    empty reads do not; an idle teammate shows only what it did."""
+    env = comms.wrap(scenarios.make("info_split", n_agents=4, split="hard"), "full")
+    obs, _ = env.reset(seed=5)
+    own = scenarios.make("info_split", n_agents=4, split="hard").reset(seed=5)[0]
+    for agent, ob in obs.items():
+        team = ob["text"].split("\nteam:\n", 1)[-1] if "\nteam:\n" in ob["text"] else ""
+        assert "tools:" not in team and "you are" not in team and "nothing" not in team
+        for b in env.possible_agents:
+            facts = [line for line in own[b]["text"].splitlines() if line.startswith("you know:")][0]
+            if b != agent and facts != "you know: nothing":
+                assert f"{b} saw: {facts}" in team
+            elif b != agent:
+                assert b not in team  # nothing to share and no action yet: no line at all
+    reader = next(a for a in env.agents if json.loads(env.expert_action(a)).get("tool") == "read_board")
+    obs, *_ = env.step({a: env.expert_action(a) for a in env.agents})
+    for agent, ob in obs.items():
+        if agent != reader:
+            assert f"{reader} did: read_board()" in ob["text"]  # "board: empty" is no news
+            assert "board: empty" not in ob["text"].split("team:", 1)[1]
 
 
 def test_teammates_see_actions_as_the_scenario_summarizes_them():
