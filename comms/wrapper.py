@@ -10,9 +10,11 @@ reset and after every step it gains a short section with what its in-neighbours 
     team:
     agent_1 saw: posted Paris / board: empty | did: read_board()
 
-A sender shares its observation text of that step (newlines shown as `` / ``) and the action it
-took to get there (none at reset), rendered by the scenario's ``action_summary`` (``read_board()``
-rather than the JSON; the text itself by default). Lines that every agent's observation holds that
+A sender shares its observation text of that step (newlines shown as `` / ``), as far as the
+scenario's ``shared_view`` keeps it (the news, not the sender's own role or tool list; the whole
+text by default), and the action it took to get there (none at reset), rendered by the scenario's
+``action_summary`` (``read_board()`` rather than the JSON; the text itself by default). With nothing
+kept the item is only ``agent_2 did: read_board()``; with no action either, nothing is sent. Lines that every agent's observation holds that
 step (a broadcast such as the team task) are left out: each receiver has them already, and
 repeating them per neighbour tripled a 4-agent team's context. An item that arrives late says
 when it was sent: ``agent_1 (t=3) saw: ...``. Only agents still in ``env.agents`` send; items reach their
