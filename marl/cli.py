@@ -58,6 +58,8 @@ class EvalArgs:
     """Per-character corruption probability during evaluation (default: the checkpoint's)."""
     scripted_team: str | None = None
     """A team the scripted expert plays while the policy plays the rest (e.g. `prey`: trained predators against expert prey)."""
+    transcripts: str | None = None
+    """Also write every played agent-episode (seed, agent, outcome, return, transcript) to this JSON-lines file."""
     model: str = "tiny-moe"
     """Model preset for `--policy untrained`."""
     output_dir: str = "runs"

@@ -63,7 +63,7 @@ class WarmStartConfig:
     warmup_steps: int = 30
     """Linear warm-up steps."""
     lr_decay_fraction: float = 0.0
-    """Anneal the learning rate linearly to 0 over this last fraction of the wall-clock budget (0: constant to the end)."""
+    """Anneal the learning rate linearly to 0 over this last fraction of the budget, seconds or max_steps, whichever ends first (0: constant)."""
     max_steps: int = 100_000
     """Upper bound on optimizer steps (the wall-clock budget normally stops earlier)."""
     max_length: int = 1024

@@ -10,6 +10,7 @@ against expert prey), so teams trained by different runs meet one fixed opponent
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,10 @@ def run_eval(args: Any) -> dict[str, Any]:
     worker = RolloutWorker(make_env, policy, chat)
     if scripted is not None:
         actor = expert_actor
-    figures, _ = evaluate(worker, seeds, greedy=args.greedy, sample_seed=args.seed, actor=actor, scripted=scripted)
+    figures, played = evaluate(worker, seeds, greedy=args.greedy, sample_seed=args.seed, actor=actor,
+                               scripted=scripted)
+    if args.transcripts:
+        write_transcripts(played.episodes, Path(args.transcripts))
     out: dict[str, Any] = {"scenario": scenario, "split": args.split, "policy": args.policy,
                            "agents": agents, "greedy": args.greedy, **figures}
     if sharing.topology != "none":
@@ -133,6 +137,16 @@ def run_eval(args: Any) -> dict[str, Any]:
     if scripted is not None:
         out["scripted_team"] = args.scripted_team
     return out
+
+
+def write_transcripts(episodes: list[Any], path: Path) -> None:
+    """One JSON line per agent-episode, in play order: what each agent saw and did, and how it ended."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        for ep in episodes:
+            out.write(json.dumps({"seed": ep.seed, "agent": ep.agent, "team": ep.team, "policy": ep.policy,
+                                  "reason": ep.reason, "return": ep.ret,
+                                  "transcript": [list(item) for item in ep.transcript]}) + "\n")
 
 
 def scripted_team(args: Any, make_env: Any) -> Any:

@@ -43,7 +43,7 @@ def conversations(chat: Any, episodes: list[Episode]) -> dict[str, list[list[int
 
 
 def decay_factor(elapsed: float, budget: float, fraction: float) -> float:
-    """Learning-rate multiplier: 1, then linear to 0 over the last `fraction` of the wall-clock budget.
+    """Learning-rate multiplier: 1, then linear to 0 over the last `fraction` of a budget (seconds or steps).
 
     A constant rate leaves the final weights wherever the last noisy steps put them; held-out
     success then swings by 0.3 between seeds at equal budgets (docs/results.md). Annealing at the
@@ -55,6 +55,13 @@ def decay_factor(elapsed: float, budget: float, fraction: float) -> float:
     if elapsed <= start:
         return 1.0
     return max(0.0, (budget - elapsed) / (budget - start))
+
+
+def budget_decay(elapsed: float, step: int, cfg: WarmStartConfig) -> float:
+    """The `decay_factor` of whichever budget ends first: `cfg.seconds`, or `cfg.max_steps` (a
+    step-budgeted run sets its seconds out of reach, and would otherwise never anneal)."""
+    return min(decay_factor(elapsed, cfg.seconds, cfg.lr_decay_fraction),
+               decay_factor(float(step), float(cfg.max_steps), cfg.lr_decay_fraction))
 
 
 def run_sft(
@@ -84,7 +91,7 @@ def run_sft(
             if elapsed >= cfg.seconds:
                 control.should_training_stop = True
             optimizer = kwargs.get("optimizer")
-            factor = decay_factor(elapsed, cfg.seconds, cfg.lr_decay_fraction)
+            factor = budget_decay(elapsed, state.global_step, cfg)
             if optimizer is not None and factor < 1.0:
                 # Runs after the trainer's scheduler step, so this is the rate of the next update.
                 for group in optimizer.param_groups:

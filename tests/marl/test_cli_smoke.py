@@ -98,6 +98,21 @@ def test_eval_of_the_expert_baseline_is_perfect(tmp_path):
     assert figures["success_rate"] == 1.0 and figures["episodes"] == 20
 
 
+def test_eval_writes_the_transcripts_it_scored(tmp_path):
+    out = tmp_path / "t" / "held_out.jsonl"
+    proc = marl("eval", "--policy", "expert", "--scenario", "info_split", "--agents", "3", "--split", "hard",
+                "--episodes", "4", "--transcripts", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 12  # 4 seeds x 3 agents, one line each
+    assert {r["agent"] for r in rows} == {"agent_0", "agent_1", "agent_2"} and len({r["seed"] for r in rows}) == 4
+    assert all(r["reason"] == "success" for r in rows)  # the expert solves every task, as scored
+    for r in rows:
+        roles = [role for role, _ in r["transcript"]]
+        assert roles[0] == "observation" and "action" in roles
+        assert r["transcript"][0][1].startswith(f"you are {r['agent']}")
+
+
 def test_scenarios_lists_tool_use(tmp_path):
     proc = marl("scenarios", cwd=tmp_path)
     assert proc.returncode == 0

@@ -50,6 +50,17 @@ def test_sft_learns_and_leaves_a_clean_model(tmp_path):
     assert gen.finished[0] and gen.texts[0] in env.action_grammar("agent_0")
 
 
+def test_a_step_budget_anneals_too_whichever_budget_ends_first():
+    from marl.sft import budget_decay
+
+    steps = WarmStartConfig(seconds=100_000, max_steps=1000, lr_decay_fraction=0.2)
+    assert budget_decay(50.0, 700, steps) == 1.0
+    assert budget_decay(50.0, 900, steps) == pytest.approx(0.5)  # the clock is far from its end
+    clock = WarmStartConfig(seconds=450, max_steps=100_000, lr_decay_fraction=0.2)
+    assert budget_decay(405.0, 10, clock) == pytest.approx(0.5)
+    assert budget_decay(405.0, 10, WarmStartConfig(seconds=450, max_steps=100_000)) == 1.0  # off
+
+
 def test_learning_rate_anneals_over_the_end_of_the_time_budget():
     from marl.sft import decay_factor
 
