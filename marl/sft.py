@@ -101,6 +101,10 @@ def run_sft(
         def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
             if logs:
                 metrics = {f"sft/{k}": float(v) for k, v in logs.items() if isinstance(v, int | float)}
+                optimizer = kwargs.get("optimizer")
+                if optimizer is not None and "sft/learning_rate" in metrics:
+                    # the scheduler's rate, which the trainer logs, does not know about the anneal
+                    metrics["sft/learning_rate"] = float(optimizer.param_groups[0]["lr"])
                 log(metrics, state.global_step)
 
     class PlainLossSFTTrainer(SFTTrainer):

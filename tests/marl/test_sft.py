@@ -29,9 +29,11 @@ def test_sft_learns_and_leaves_a_clean_model(tmp_path):
     assert 0 < sum(mask) < len(ids)
     logged: list[dict] = []
     # A step budget, not a wall-clock one, so the test does not depend on how busy the machine is.
-    budget = WarmStartConfig(seconds=600, max_steps=12, batch_size=8, warmup_steps=2)
+    budget = WarmStartConfig(seconds=600, max_steps=12, batch_size=8, warmup_steps=2, lr_decay_fraction=0.5)
     figures = run_sft(model, tokenizer, columns, budget, seed=0, log=lambda m, step: logged.append(m))
     assert figures["sft/steps"] == 12
+    # annealed over the last 6 of the 12 steps, and logged as the rate the optimizer really used
+    assert [m["sft/learning_rate"] for m in logged if "sft/learning_rate" in m] == [pytest.approx(budget.learning_rate / 3)]
     losses = [m["sft/loss"] for m in logged if "sft/loss" in m]
     assert losses and np.isfinite(losses).all()
 
