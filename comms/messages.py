@@ -61,6 +61,11 @@ def split_message(action: str) -> tuple[str, str | None, bool]:
     return rest, message, False
 
 
+def with_message(action: str, message: str) -> str:
+    """A JSON-object action carrying ``message``, written exactly as the ``with_messages`` grammar writes it."""
+    return action[:-1] + f', "{SAY_KEY}": "{message}"}}'
+
+
 def with_messages(grammar: ActionGrammar, values: Iterable[str]) -> ActionGrammar:
     """`grammar` plus, for each JSON-object template, the same action carrying a message from `values`."""
     values = tuple(dict.fromkeys(v for v in values if '"' not in v and "\\" not in v))

@@ -46,7 +46,7 @@ import networkx as nx
 from pettingzoo import ParallelEnv
 
 from comms.channel import Channel, ChannelConfig, cut
-from comms.messages import SeenEntities, split_message, with_messages
+from comms.messages import SeenEntities, split_message, with_message, with_messages
 from comms.topology import Topology, as_topology, build, neighbours, receivers
 
 SECTION_HEADER = "\nteam:"
@@ -140,7 +140,18 @@ class CommsWrapper(ParallelEnv):
         return with_messages(grammar, self._seen.of(agent))
 
     def expert_action(self, agent: str) -> str:
-        return self.env.expert_action(agent)
+        """The scenario's scripted action; in message mode with a scenario that has ``expert_turn``,
+        it carries the value the expert would say to the agent's live out-neighbours (a teacher
+        that talks, so SFT demonstrations teach talking), when the agent may say it."""
+        turn = getattr(self.env, "expert_turn", None)
+        if not (self.channel_config.carries_messages and callable(turn)):
+            return self.env.expert_action(agent)
+        live = set(self.env.agents)
+        hearers = [b for b in receivers(self.topology_graph, agent) if b in live] if agent in live else []
+        action, message = turn(agent, hearers)
+        if message is None or message not in self._seen.of(agent) or not action.endswith("}"):
+            return action
+        return with_message(action, message)
 
     def entity_vocabulary(self) -> list[str]:
         return self.env.entity_vocabulary()

@@ -80,6 +80,7 @@ import copy
 import dataclasses
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -317,23 +318,39 @@ class InfoSplitEnv(TextScenario):
         return "\n".join(kept)
 
     def expert_action(self, agent: str) -> str:
+        return self.expert_turn(agent)[0]
+
+    def expert_turn(self, agent: str, audience: Collection[str] = ()) -> tuple[str, str | None]:
+        """The scripted protocol's action for ``agent`` and, when teammates in ``audience`` will hear a
+        message from it this turn (comms message mode), the value to say to them.
+
+        A value a waiting teammate lacks is said when that teammate hears the agent (free: it rides
+        on the turn's action) and posted on the board otherwise (a turn). One message a turn: the
+        first such value in solution order; the others follow on later turns.
+        """
         m, task = self._members.get(agent), self._task
         if m is None or agent not in self.agents:
-            return READ_BOARD
+            return READ_BOARD, None
         if task.answer in m.seen:
-            return json.dumps({"answer": task.answer})
+            return json.dumps({"answer": task.answer}), None
+        hear = {b for b in audience if b != agent}
         pending = [c for c in task.solution if c not in self._team_done]
-        # Privileged on purpose: it knows what teammates have seen, so it posts only what is missing
-        # (and, under comms' note_seen, nothing a teammate already saw).
+        # Privileged on purpose: it knows what teammates have seen, so it passes on only what is
+        # missing (and, under comms' note_seen, nothing a teammate already saw or heard).
+        lacking = []  # (value, agents that need it and have not seen it)
         for call in pending:
-            waiting = [self._members[b] for b in self.agents if b != agent and call.tool in self._members[b].role.tools]
+            waiting = [b for b in self.agents if b != agent and call.tool in self._members[b].role.tools]
             for _, value in call.args:
-                if value in m.seen and value not in self._board and any(value not in w.seen for w in waiting):
-                    return post_action(value)
+                if value in m.seen and value not in self._board:
+                    lacking.append((value, [b for b in waiting if value not in self._members[b].seen]))
+        message = next((v for v, who in lacking if any(b in hear for b in who)), None)
+        for value, who in lacking:
+            if any(b not in hear for b in who):
+                return post_action(value), message
         for call in pending:
             if call.tool in m.role.tools and call not in m.done and all(v in m.seen for _, v in call.args):
-                return call.json()
-        return READ_BOARD
+                return call.json(), message
+        return READ_BOARD, message
 
     def action_grammar(self, agent: str) -> ActionGrammar:
         m = self._members.get(agent)
