@@ -137,3 +137,45 @@ def test_observation_mode_offers_no_messages():
     assert all(env.action_grammar(a) == env.env.action_grammar(a) for a in env.agents)
     with pytest.raises(ValueError, match="message_values"):
         ChannelConfig(mode="message", message_values=0)
+
+
+def _expert_episode(env, seed):
+    """Play the (wrapped) scripted expert; returns (termination reasons, turns, actions played)."""
+    env.reset(seed=seed)
+    reasons, actions, turns = set(), [], 0
+    while env.agents:
+        acts = {a: env.expert_action(a) for a in env.agents}
+        for a, act in acts.items():
+            assert act in env.action_grammar(a), act  # a demonstration the constrained policy can play
+        actions += acts.values()
+        *_, infos = env.step(acts)
+        reasons |= {i["termination_reason"] for i in infos.values() if "termination_reason" in i}
+        turns += 1
+    return reasons, turns, actions
+
+
+def test_the_expert_talks_in_message_mode_and_posts_only_to_those_who_cannot_hear():
+    """A teacher that talks: hand-offs ride on messages (free) instead of board posts (a turn each), so
+    SFT demonstrations teach talking; teammates out of earshot still get a post."""
+    seeds = scenarios.make("info_split", n_agents=4).eval_seeds("hard", 12)
+    board = [_expert_episode(scenarios.make("info_split", n_agents=4, split="hard"), s) for s in seeds]
+    full = [_expert_episode(comms.wrap(scenarios.make("info_split", n_agents=4, split="hard"), "full",
+                                       ChannelConfig(mode="message")), s) for s in seeds]
+    ring = [_expert_episode(comms.wrap(scenarios.make("info_split", n_agents=4, split="hard"), "ring",
+                                       ChannelConfig(mode="message")), s) for s in seeds]
+    for runs in (board, full, ring):
+        assert all(reasons == {"success"} for reasons, _, _ in runs)
+    said = [act for _, _, acts in full for act in acts if '"say"' in act]
+    assert said and not any('"post"' in act for _, _, acts in full for act in acts)  # everyone hears everyone
+    assert any('"post"' in act for _, _, acts in ring for act in acts)  # a ring's far side needs the board
+    assert not any('"say"' in act for _, _, acts in board for act in acts)
+    assert sum(t for _, t, _ in full) < sum(t for _, t, _ in ring) < sum(t for _, t, _ in board)
+
+
+def test_the_expert_keeps_talking_through_dropped_messages():
+    env = comms.wrap(scenarios.make("info_split", n_agents=4, split="hard"), "full",
+                     ChannelConfig(mode="message", drop=0.3, seed=1))
+    for seed in env.eval_seeds("hard", 12):
+        reasons, _, _ = _expert_episode(env, seed)
+        assert reasons == {"success"}  # what did not arrive is said again (the expert knows who heard what)
+    assert env.stats()["comms/dropped"] > 0
