@@ -39,7 +39,8 @@ def expert_steps(env, seed, steps, say=None):
     for _ in range(steps):
         if not env.agents:
             return
-        actions = {a: env.expert_action(a) for a in env.agents}
+        # the scenario's own protocol (a wrapper in message mode would talk by itself)
+        actions = {a: env.unwrapped.expert_action(a) for a in env.agents}
         if say is not None:
             actions = {a: act[:-1] + f', "say": "{say(a)}"}}' for a, act in actions.items()}
         out = env.step(actions)
