@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import string
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -266,6 +266,11 @@ class TextScenario(ParallelEnv):
 
     def expert_action(self, agent: str) -> str:
         raise NotImplementedError
+
+    def expert_turn(self, agent: str, audience: Collection[str] = ()) -> tuple[str, str | None]:
+        """The scripted expert's action and, when the teammates in ``audience`` hear a message from
+        ``agent`` this turn (comms message mode), the value it would say to them; silent by default."""
+        return self.expert_action(agent), None
 
     def action_summary(self, agent: str, action: object) -> str:
         """How ``agent``'s action reads to teammates it is shared with (comms); the text itself by default."""
