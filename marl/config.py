@@ -64,6 +64,8 @@ class WarmStartConfig:
     """Linear warm-up steps."""
     lr_decay_fraction: float = 0.0
     """Anneal the learning rate linearly to 0 over this last fraction of the budget, seconds or max_steps, whichever ends first (0: constant)."""
+    demo_noise: float = 0.0
+    """Share of demonstration turns played by a random valid action instead of the expert (kept out of the loss): the expert's next turns then show how to recover from a slip (DART)."""
     max_steps: int = 100_000
     """Upper bound on optimizer steps (the wall-clock budget normally stops earlier)."""
     max_length: int = 1024
@@ -275,6 +277,9 @@ class TrainConfig:
         if s.seconds < 0:
             raise ConfigError("sft.seconds must be >= 0 (0 skips supervised fine-tuning)")
         _positive(s, "batch_size", prefix="sft.")
+        if not 0.0 <= s.demo_noise < 1.0:
+            raise ConfigError(f"sft.demo_noise={s.demo_noise} must lie in [0, 1): it is the share of turns played "
+                              "at random, and the expert must play some")
         if not 0.0 <= s.lr_decay_fraction <= 1.0:
             raise ConfigError(f"sft.lr_decay_fraction={s.lr_decay_fraction} must lie in [0, 1]")
         _positive(s, "learning_rate", prefix="sft.")

@@ -12,6 +12,7 @@ the budget (`sft.lr_decay_fraction`). MLflow logging goes through our tracker, n
 
 from __future__ import annotations
 
+import random
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,27 +20,68 @@ from typing import Any
 
 from marl.config import WarmStartConfig
 from marl.rollout import Episode, RolloutWorker, expert_actor
+from policies.random_policy import RandomPolicy
 
 
-def demonstration_episodes(worker: RolloutWorker, seeds: list[int], batch: int = 256) -> list[Episode]:
-    """Play the scripted expert on `seeds` and return its episodes (every agent's)."""
+class Perturbation(str):
+    """An action a demonstration played off the expert's path: in the transcript, out of the loss."""
+
+
+def perturbed_expert(rate: float, seed: int) -> Callable[[Any, str], str]:
+    """The scripted expert as an actor that, with probability `rate` per turn, plays a uniformly
+    random valid action instead (a `Perturbation`).
+
+    DART-style noise injection: a clean expert never leaves its own path, so its demonstrations
+    never show how to get back from a wrong tool call or a wasted turn, and a policy that makes one
+    such slip has never seen what comes next. With the noise, the expert's following turns are
+    that recovery, and they are what SFT imitates; the random action itself is never imitated.
+    """
+    rng = random.Random(seed)
+    chooser = RandomPolicy()
+
+    def act(env: Any, agent: str) -> str:
+        if rate > 0.0 and rng.random() < rate:
+            return Perturbation(chooser.act(env.action_grammar(agent), rng))
+        return expert_actor(env, agent)
+
+    return act
+
+
+def demonstration_episodes(worker: RolloutWorker, seeds: list[int], batch: int = 256, noise: float = 0.0,
+                           seed: int = 0) -> list[Episode]:
+    """Play the scripted expert on `seeds` and return its episodes (every agent's); with `noise` > 0 the
+    expert is `perturbed_expert(noise, seed)`."""
+    actor = perturbed_expert(noise, seed) if noise > 0.0 else expert_actor
     episodes: list[Episode] = []
     for start in range(0, len(seeds), batch):
         chunk = seeds[start : start + batch]
-        episodes.extend(worker.collect(chunk, actor=expert_actor).episodes)
+        episodes.extend(worker.collect(chunk, actor=actor).episodes)
     return episodes
 
 
 def conversations(chat: Any, episodes: list[Episode]) -> dict[str, list[list[int]]]:
-    """Pre-tokenized SFT columns from episode transcripts."""
+    """Pre-tokenized SFT columns from episode transcripts; perturbations are masked out of the loss,
+    and an episode with no expert action left is dropped."""
     input_ids, masks = [], []
-    for ep in episodes:
+    for ep in filter(imitable, episodes):
         observations = [text for role, text in ep.transcript if role == "observation"]
         actions = [text for role, text in ep.transcript if role == "action"]
-        ids, mask = chat.conversation(observations, actions)
+        trained = [not isinstance(a, Perturbation) for a in actions]
+        ids, mask = chat.conversation(observations, actions, trained=trained)
         input_ids.append(list(ids))
         masks.append([int(m) for m in mask])
     return {"input_ids": input_ids, "assistant_masks": masks}
+
+
+def imitable(ep: Episode) -> bool:
+    """Whether the episode holds an expert action to imitate (not only perturbations)."""
+    return any(role == "action" and not isinstance(text, Perturbation) for role, text in ep.transcript)
+
+
+def perturbed_fraction(episodes: list[Episode]) -> float:
+    """Share of demonstration actions that were perturbations."""
+    actions = [text for ep in episodes for role, text in ep.transcript if role == "action"]
+    return sum(isinstance(a, Perturbation) for a in actions) / max(len(actions), 1)
 
 
 def decay_factor(elapsed: float, budget: float, fraction: float) -> float:

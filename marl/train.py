@@ -31,7 +31,7 @@ from marl.evaluate import evaluate, transcript_text
 from marl.learner import Learner, subset
 from marl.policy_map import PolicyMap, policy_id, policy_ids, single
 from marl.rollout import SCRIPTED, RolloutWorker, summarize
-from marl.sft import conversations, demonstration_episodes, run_sft
+from marl.sft import conversations, demonstration_episodes, imitable, perturbed_fraction, run_sft
 from marl.tracking import Tracker
 from policies.chat import ChatFormat
 from policies.llm_policy import LLMPolicy
@@ -156,7 +156,8 @@ def train(cfg: TrainConfig) -> TrainResult:
         last_iteration, critics = 0, {}
         if cfg.iterations > 0 and cfg.rl.seconds > 0:
             if cfg.rl.ptx_coef > 0 and demos is None:
-                demos = demonstrations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes)))
+                demos = demonstrations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes),
+                                                                    noise=cfg.sft.demo_noise, seed=cfg.seed))
             last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         ids = list(policies.policies)
@@ -180,7 +181,8 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
                 rng: np.random.Generator) -> dict[str, list[list[int]]]:
     """SFT on scripted-expert demonstrations; returns the demonstrations (PPO-ptx reuses them)."""
     t0 = time.perf_counter()
-    episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes))
+    episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes), noise=cfg.sft.demo_noise,
+                                      seed=cfg.seed)
     columns = demonstrations(chat, episodes)
     bar = tqdm(total=int(cfg.sft.seconds), desc="sft (s)", unit="s", leave=False)
 
@@ -191,6 +193,8 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     figures = run_sft(model, tokenizer, sft_columns, cfg.sft, cfg.seed, tr.log_metrics, progress)
     bar.close()
     figures["sft/demo_seconds"] = time.perf_counter() - t0 - figures["sft/seconds"]
+    if cfg.sft.demo_noise > 0:
+        figures["sft/demo_perturbed_fraction"] = perturbed_fraction(episodes)
     tr.log_metrics(figures, step=0)
     print(f"sft: {int(figures['sft/steps'])} steps in {figures['sft/seconds']:.0f}s, "
           f"mean loss {figures['sft/mean_loss']:.3f}", flush=True)
@@ -199,7 +203,7 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
 
 def demonstrations(chat: Any, episodes: list[Any]) -> dict[str, list[Any]]:
     """SFT columns of expert episodes plus the agent of each (PPO-ptx gives each policy its own agents')."""
-    return {**conversations(chat, episodes), "agents": [ep.agent for ep in episodes]}
+    return {**conversations(chat, episodes), "agents": [ep.agent for ep in episodes if imitable(ep)]}
 
 
 def demos_for(demos: dict[str, list[Any]] | None, owner: dict[str, str], pid: str) -> dict[str, list[Any]] | None:

@@ -68,14 +68,18 @@ class ChatFormat:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
     def conversation(
-        self, observations: Sequence[str], actions: Sequence[str | Sequence[int]]
+        self, observations: Sequence[str], actions: Sequence[str | Sequence[int]],
+        trained: Sequence[bool] | None = None,
     ) -> tuple[list[int], list[int]]:
         """A whole episode as one id list plus a 0/1 mask that is 1 on action tokens.
 
         `observations[i]` is the message before `actions[i]`; a trailing observation with no
         action after it is allowed (it is appended as a prompt, masked 0). An action given as text
         is encoded with `encode_action`; one given as ids (from a rollout) is used untouched.
+        `trained[i]` False masks action i out too (it stays in the context of later turns).
         """
+        if trained is not None and len(trained) != len(actions):
+            raise ValueError(f"got {len(trained)} trained flags for {len(actions)} actions")
         if len(observations) not in (len(actions), len(actions) + 1) or not observations:
             raise ValueError(
                 f"got {len(observations)} observations and {len(actions)} actions; a conversation needs "
@@ -91,5 +95,5 @@ class ChatFormat:
                 action = actions[turn]
                 ids = self.encode_action(action) if isinstance(action, str) else list(action)
                 input_ids += ids
-                mask += [1] * len(ids)
+                mask += [int(trained is None or bool(trained[turn]))] * len(ids)
         return input_ids, mask

@@ -71,3 +71,36 @@ def test_learning_rate_anneals_over_the_end_of_the_time_budget():
     assert decay_factor(405.0, 450.0, 0.2) == pytest.approx(0.5)
     assert decay_factor(450.0, 450.0, 0.2) == 0.0 and decay_factor(500.0, 450.0, 0.2) == 0.0
     assert decay_factor(0.0, 450.0, 1.0) == 1.0 and decay_factor(225.0, 450.0, 1.0) == pytest.approx(0.5)
+
+
+def test_perturbed_demonstrations_show_recovery_and_never_teach_the_slip(tmp_path):
+    from marl.sft import Perturbation, imitable, perturbed_fraction
+
+    make_env = partial(scenarios.make, "info_split", n_agents=3, split="train")
+    worker = RolloutWorker(make_env, None, None)
+    seeds = list(range(120))
+    clean = demonstration_episodes(worker, seeds)
+    noisy = demonstration_episodes(worker, seeds, noise=0.15, seed=3)
+    assert perturbed_fraction(clean) == 0.0 and 0.10 < perturbed_fraction(noisy) < 0.20
+    assert noisy[0].transcript == demonstration_episodes(worker, seeds, noise=0.15, seed=3)[0].transcript  # seeded
+    # the expert gets teams back on track: most perturbed teams still succeed
+    perturbed = {ep.seed for ep in noisy if any(isinstance(t, Perturbation) for _, t in ep.transcript)}
+    solved = {ep.seed for ep in noisy if ep.reason == "success"}
+    assert len(perturbed) > 30 and len(perturbed & solved) / len(perturbed) > 0.8
+
+    cfg = TrainConfig(seed=0, scenario="info_split", agents=3)
+    cfg.policy.tokenizer_episodes = 60
+    tokenizer, _, _ = build_policy(cfg, make_env, Path(tmp_path), np.random.default_rng(0))
+    chat = ChatFormat(tokenizer)
+    columns = conversations(chat, noisy)
+    kept = [ep for ep in noisy if imitable(ep)]
+    assert len(columns["input_ids"]) == len(kept)
+    for ep, ids, mask in zip(kept, columns["input_ids"], columns["assistant_masks"], strict=True):
+        trained = [ids[i] for i in range(len(ids)) if mask[i]]
+        expected = [tok for role, text in ep.transcript if role == "action" and not isinstance(text, Perturbation)
+                    for tok in chat.encode_action(text)]
+        assert trained == expected  # exactly the expert's actions are imitated, never a perturbation
+    with pytest.raises(ValueError, match="demo_noise"):
+        bad = TrainConfig()
+        bad.sft.demo_noise = 1.0
+        bad.validate()
