@@ -27,9 +27,11 @@ weights, which learned every seat from the expert, and RL trains each team's cop
         --arm "grpo=--algo grpo" --arm "ippo=--algo ippo" --arm "mappo=--algo mappo" --pair mappo,ippo
 
     python benchmarks/arms_table.py --scenario info_split --agents 4 --seeds 0 1 2 \\
+        --common "--sft.seconds 100000 --sft.max-steps 2500 --sft.lr-decay-fraction 0.3 --sft.demo-noise 0.1 \\
+                  --rl.seconds 100000 --iterations 16 --rl.tasks-per-iteration 4" \\
         --arm "none=" --arm "ring=--comms.topology ring" --arm "full=--comms.topology full" \\
-        --arm "full+drop=--comms.topology full --comms.drop 0.3" \\
-        --eval "drop30=--comms-drop 0.3" --eval-arms full full+drop30 --pair ring,none --pair full,none
+        --arm "full+drop=--comms.topology full --comms.drop 0.3" --eval "sampled=--no-greedy" \\
+        --eval "drop30@full,full+drop=--comms-drop 0.3" --pair ring,none --pair full,none
 
     python benchmarks/arms_table.py --scenario predator_prey --agents 4 --seeds 0 1 2 \\
         --shared-sft "--sft.seconds 270" --common "--rl.seconds 180" \\
@@ -119,7 +121,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--arm", action="append", required=True, help="NAME=FLAGS for `marl train` (repeatable)")
     parser.add_argument("--eval", action="append", default=[], help="NAME=FLAGS for an extra `marl eval` of every "
-                        "checkpoint (repeatable)")
+                        "checkpoint, NAME@ARM1,ARM2=FLAGS for those arms' only (repeatable)")
     parser.add_argument("--eval-arms", nargs="+", default=None, help="arms the extra evaluations apply to (default: all)")
     parser.add_argument("--common", default="", help="flags every arm gets (budgets, eval episodes, ...)")
     parser.add_argument("--episodes", type=int, default=100, help="held-out episodes per split")
@@ -142,16 +144,26 @@ def main() -> None:
     agents = ["--agents", str(args.agents)] if args.agents else []
     common = ["--scenario", args.scenario, *agents, "--eval-episodes", str(args.episodes), *shlex.split(args.common)]
     arms = [named(a) for a in args.arm]
-    evals = [named(e) for e in args.eval]
+    evals, eval_only = [], {}  # `NAME@ARM1,ARM2=FLAGS`: an extra evaluation of those arms only
+    for spec in args.eval:
+        name, flags = named(spec)
+        name, _, only = name.partition("@")
+        evals.append((name, flags))
+        if only:
+            eval_only[name] = set(only.split(","))
     if args.shared_sft is not None and "--policy-mapping" in args.common and "shared" not in args.common:
         raise SystemExit("--shared-sft needs one shared policy: a checkpoint's extra policies would be ignored")
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in arms}
     if args.shared_sft is not None:
         results = {"sft": [], **results}
     eval_arms = set(args.eval_arms) if args.eval_arms else {arm for arm, _ in arms}
+
+    def evaluated(arm: str, ev: str) -> bool:
+        return arm in eval_only.get(ev, eval_arms)
+
     for name, _ in evals:
         for arm, _ in arms:
-            if arm in eval_arms:
+            if evaluated(arm, name):
                 results[f"{arm} @ {name}"] = []
     for seed in args.seeds:
         start: list[str] = []
@@ -169,7 +181,7 @@ def main() -> None:
             figures, checkpoint = train_arm(args.workdir, uri, experiment, f"{arm}-s{seed}",
                                             [*common, "--seed", str(seed), *start, *flags])
             results[arm].append(figures)
-            for ev, ev_flags in evals if arm in eval_arms else ():
+            for ev, ev_flags in ((e, f) for e, f in evals if evaluated(arm, e)):
                 results[f"{arm} @ {ev}"].append(extra_eval(args.workdir, checkpoint, splits, args.episodes, ev_flags))
             shown = ", ".join(f"{s} {figures.get(f'{s}/success_rate', float('nan')):.3f}" for s in splits)
             print(f"seed {seed} {arm}: {shown} ({figures['train_seconds']:.0f} s of training)", flush=True)
