@@ -28,6 +28,7 @@ from scenarios.grammar import ActionGrammar, Slot
 SAY_KEY = "say"
 _TAIL = re.compile(r', "say": "([^"\\]*)"\}\s*$')
 _WORD = re.compile(r"[A-Za-z0-9_]+")
+_SAY_OPEN = f', "{SAY_KEY}": "'  # how a message field starts, after an action's own fields
 
 
 def split_message(action: str) -> tuple[str, str | None, bool]:
@@ -63,7 +64,7 @@ def split_message(action: str) -> tuple[str, str | None, bool]:
 
 def with_message(action: str, message: str) -> str:
     """A JSON-object action carrying ``message``, written exactly as the ``with_messages`` grammar writes it."""
-    return action[:-1] + f', "{SAY_KEY}": "{message}"}}'
+    return f'{action[:-1]}{_SAY_OPEN}{message}"}}'
 
 
 def with_messages(grammar: ActionGrammar, values: Iterable[str]) -> ActionGrammar:
@@ -76,7 +77,7 @@ def with_messages(grammar: ActionGrammar, values: Iterable[str]) -> ActionGramma
     for template in grammar.templates:
         last = template[-1] if template else None
         if isinstance(last, str) and last.endswith("}"):
-            extra.append((*template[:-1], last[:-1] + f', "{SAY_KEY}": "', say, '"}'))
+            extra.append((*template[:-1], last[:-1] + _SAY_OPEN, say, '"}'))
     return ActionGrammar(templates=(*grammar.templates, *extra))
 
 

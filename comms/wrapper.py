@@ -62,12 +62,9 @@ def _lines(text: str) -> list[str]:
     return [part for part in text.replace("\r", "\n").splitlines() if part.strip()]
 
 
-def _one_line(text: str, skip: frozenset[str] = frozenset()) -> str:
-    """``text`` on one line (`` / `` between its lines), without the lines in ``skip``."""
-    lines = _lines(text)
-    if not lines:
-        return "(empty)"
-    return " / ".join(line for line in lines if line not in skip) or "(nothing new)"
+def _one_line(text: str) -> str:
+    """``text`` on one line (`` / `` between its lines)."""
+    return " / ".join(_lines(text)) or "(empty)"
 
 
 def _common_lines(obs: Mapping[str, Any]) -> frozenset[str]:
@@ -211,9 +208,9 @@ class CommsWrapper(ParallelEnv):
             if not cfg.shares_observations or sender not in live or sender not in obs:
                 continue  # agents that left stop sending
             parts = []
-            seen = _lines(self._view(sender, str(obs[sender]["text"])))
-            if any(line not in common for line in seen):
-                parts.append(f"saw: {_one_line(chr(10).join(seen), skip=common)}")
+            news = [line for line in _lines(self._view(sender, str(obs[sender]["text"]))) if line not in common]
+            if news:
+                parts.append(f"saw: {' / '.join(news)}")
             if sender in actions:
                 parts.append(f"did: {_one_line(self._summary(sender, actions[sender]))}")
             if parts:  # nothing seen worth sharing and nothing done (a reset): nothing to send

@@ -40,7 +40,7 @@ def perturbed_expert(rate: float, seed: int) -> Callable[[Any, str], str]:
     chooser = RandomPolicy()
 
     def act(env: Any, agent: str) -> str:
-        if rate > 0.0 and rng.random() < rate:
+        if rng.random() < rate:
             return Perturbation(chooser.act(env.action_grammar(agent), rng))
         return expert_actor(env, agent)
 
@@ -49,9 +49,9 @@ def perturbed_expert(rate: float, seed: int) -> Callable[[Any, str], str]:
 
 def demonstration_episodes(worker: RolloutWorker, seeds: list[int], batch: int = 256, noise: float = 0.0,
                            seed: int = 0) -> list[Episode]:
-    """Play the scripted expert on `seeds` and return its episodes (every agent's); with `noise` > 0 the
-    expert is `perturbed_expert(noise, seed)`."""
-    actor = perturbed_expert(noise, seed) if noise > 0.0 else expert_actor
+    """Play the scripted expert, `perturbed_expert(noise, seed)`, on `seeds` and return its episodes
+    (every agent's); with `noise` 0 it is the plain expert."""
+    actor = perturbed_expert(noise, seed)
     episodes: list[Episode] = []
     for start in range(0, len(seeds), batch):
         chunk = seeds[start : start + batch]
