@@ -7,7 +7,8 @@ of its checkpoint with `marl eval` flags (e.g. the same team under 30% message d
 markdown table (mean ± std over seeds of success and return per split) and, for named pairs, the
 per-seed differences measured in this one run. Everything lands in one MLflow experiment, so the
 curves can be compared in the UI. Rerun with the same --workdir to resume: arms whose run of the
-same name already FINISHED are read back instead of trained again.
+same name already FINISHED are read back instead of trained again, and an extra evaluation already
+made with the same flags (saved as `runs/<id>/extra_evals/<name>.json`) is read back too.
 
     python benchmarks/arms_table.py --scenario navigation --agents 3 --seeds 0 1 2 \\
         --common "--sft.seconds 60 --rl.seconds 120" \\
@@ -96,13 +97,24 @@ def train_arm(cwd: Path, uri: str, experiment: str, run_name: str, flags: list[s
     return figures, checkpoint
 
 
-def extra_eval(cwd: Path, checkpoint: str, splits: list[str], episodes: int, flags: list[str]) -> dict[str, float]:
+def extra_eval(cwd: Path, checkpoint: str, name: str, splits: list[str], episodes: int,
+               flags: list[str]) -> dict[str, float]:
+    """`marl eval` of a checkpoint on every split, kept beside it so a resumed benchmark reads it back."""
+    request = {"splits": splits, "episodes": episodes, "flags": flags}
+    saved = Path(checkpoint).parent / "extra_evals" / f"{name}.json"
+    if saved.exists():
+        record = json.loads(saved.read_text())
+        if record.get("request") == request:
+            print(f"{saved}: reusing the saved evaluation", flush=True)
+            return record["figures"]
     out = {}
     for split in splits:
         line = marl(["eval", "--checkpoint", checkpoint, "--split", split, "--episodes", str(episodes), *flags], cwd)
         report = json.loads(line.strip().splitlines()[-1])
         out.update({f"{split}/{k}": v for k, v in report.items()
                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps({"request": request, "figures": out}, indent=1))
     return out
 
 
@@ -182,7 +194,7 @@ def main() -> None:
                                             [*common, "--seed", str(seed), *start, *flags])
             results[arm].append(figures)
             for ev, ev_flags in ((e, f) for e, f in evals if evaluated(arm, e)):
-                results[f"{arm} @ {ev}"].append(extra_eval(args.workdir, checkpoint, splits, args.episodes, ev_flags))
+                results[f"{arm} @ {ev}"].append(extra_eval(args.workdir, checkpoint, ev, splits, args.episodes, ev_flags))
             shown = ", ".join(f"{s} {figures.get(f'{s}/success_rate', float('nan')):.3f}" for s in splits)
             print(f"seed {seed} {arm}: {shown} ({figures['train_seconds']:.0f} s of training)", flush=True)
     print(f"\n{args.scenario}, agents {args.agents or 'default'}, seeds {args.seeds}, {args.episodes} held-out "
