@@ -132,6 +132,8 @@ class CriticConfig:
     """Adam learning rate of the critic."""
     minibatches: int = 8
     """Critic steps per pass over an iteration's batch (whole teams per minibatch); the critic shares no weights with the policy, so it need not follow rl.minibatches, and a random-init critic needs many steps."""
+    warmup_iterations: int = 0
+    """RL iterations at the start that fit only the critic on the warm-started policy's own rollouts (the policy does not move; counted in the RL budget), so the first policy update already has a learned baseline."""
     state_view: str = "global"
     """What `mappo`'s critic reads: `global` (the state, then the agent's id), `own_last` / `own_team` (the state with the agent's line last / without teammates' lines), `with_own` (the agent's conversation with the state before each turn)."""
 
@@ -311,6 +313,14 @@ class TrainConfig:
         if r.sequence_clip_eps >= 1:
             raise ConfigError(f"rl.sequence_clip_eps={r.sequence_clip_eps} must be < 1 (GSPO uses ~4e-4)")
         _positive(self.critic, "learning_rate", prefix="critic.")
+        if self.critic.warmup_iterations < 0:
+            raise ConfigError(f"critic.warmup_iterations={self.critic.warmup_iterations} must be >= 0")
+        if self.critic.warmup_iterations > 0 and algo.critic is None:
+            raise ConfigError(f"critic.warmup_iterations={self.critic.warmup_iterations} warms a critic, and "
+                              f"algo={self.algo} has none: use mappo or ippo, or set it to 0")
+        if self.critic.warmup_iterations >= self.iterations > 0:
+            raise ConfigError(f"critic.warmup_iterations={self.critic.warmup_iterations} leaves no policy update in "
+                              f"iterations={self.iterations}: lower it or raise iterations")
         if self.critic.minibatches < 1:
             raise ConfigError(f"critic.minibatches={self.critic.minibatches} must be >= 1")
         if self.critic.state_view not in ("global", *STATE_VIEWS):

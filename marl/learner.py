@@ -152,13 +152,16 @@ class Learner:
             raise ValueError(f"loss term {name!r} already exists")
         self.extra_terms[name] = (fn, weight)
 
-    def update(self, batch: RolloutBatch, adv: Advantages) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, adv: Advantages, train_policy: bool = True) -> dict[str, float]:
         """One iteration: `epochs` passes over minibatches of the episodes with turns in the loss.
 
         Each agent-episode is scored as ONE sequence (its last prompt + last action): every turn's
         prompt is a prefix of the next, so all its turns' action spans come out of one forward,
-        without re-running the shared prefix once per turn.
+        without re-running the shared prefix once per turn. `train_policy=False` (a critic warm-up)
+        steps the critic only: the policy, its optimizer and the KL controller stay as they are.
         """
+        if not train_policy and self.critic is None:
+            raise ValueError("a critic-only update needs a critic (critic-free algorithms have none)")
         episodes = [e for e, ep in enumerate(batch.episodes)
                     if any(adv.include[i] and batch.turns[i].action_ids for i in ep.turns)]
         metrics: dict[str, list[float]] = {}
@@ -171,7 +174,7 @@ class Learner:
         first = True
         for _ in range(self.cfg.epochs):
             order = self.rng.permutation(len(episodes))
-            for chunk in np.array_split(order, min(self.cfg.minibatches, len(episodes))):
+            for chunk in np.array_split(order, min(self.cfg.minibatches, len(episodes))) if train_policy else ():
                 pieces = [episode_sequence(batch, episodes[i]) for i in chunk]
                 for key, value in self._step(batch, adv, pieces, first).items():
                     metrics.setdefault(key, []).append(value)
@@ -187,7 +190,8 @@ class Learner:
         # A metric whose every step was skipped stays NaN (the KL controller ignores NaN), without numpy's warning.
         out = {k: float(np.nanmean(v)) if not np.isnan(v).all() else float("nan") for k, v in metrics.items()}
         out["train/nonfinite_skips"] = float(len(skips))
-        out["train/kl_coef"] = self.kl.update(out.get("train/kl", 0.0))
+        out["train/kl_coef"] = self.kl.update(out.get("train/kl", 0.0)) if train_policy else self.kl.value
+        out["train/critic_warmup"] = float(not train_policy)
         out["train/episodes"] = float(len(episodes))
         return out
 

@@ -280,6 +280,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     learners = build_learners(cfg, policies, chat, demos, worker.make_env)
     role_of = role_function(cfg, worker.make_env)
     baselines = {pid: RunningBaseline() for pid in learners} if cfg.rl.baseline == "running" else {}
+    # A critic warm-up's iterations fit the value on the warm-started policy's own play before any policy step.
+    warm_critic_until = cfg.critic.warmup_iterations if algo.critic is not None else 0
     start = time.perf_counter()
     bar = tqdm(range(1, cfg.iterations + 1), desc="rl", unit="it")
     it = 0
@@ -297,7 +299,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         for pid, learner in learners.items():
             part = batch if whole else subset(batch, lambda ep, pid=pid: ep.policy == pid)
             adv = algo.advantages(part, learner.critic, cfg.rl.gamma, cfg.rl.gae_lambda, role_of, baselines.get(pid))
-            per_policy[pid] = {**adv.metrics(), **learner.update(part, adv)}
+            per_policy[pid] = {**adv.metrics(), **learner.update(part, adv, train_policy=warm_critic_until < it)}
         metrics.update(merge_policy_metrics(per_policy))
         metrics["perf/update_seconds"] = time.perf_counter() - t0
         metrics["perf/rollout_seconds"] = batch.seconds

@@ -281,3 +281,25 @@ def test_critic_minibatches_keep_each_team_together_and_cover_every_episode():
         for chunk in chunks:  # a team (one env) never straddles two minibatches
             envs = {episodes[e].env for e in chunk}
             assert all(e in chunk for e in wanted if episodes[e].env in envs)
+
+
+def test_critic_warmup_steps_the_critic_and_leaves_the_policy_untouched(nav):
+    cfg, make_env, tokenizer, policy = nav
+    policy = LLMPolicy(copy.deepcopy(policy.model), tokenizer)
+    worker = RolloutWorker(make_env, policy, ChatFormat(tokenizer))
+    learner = Learner(policy, frozen_reference(policy), copy.deepcopy(cfg.rl), aux_coef=0.001,
+                      critic=critic_for(tokenizer, False))
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    critic_before = {k: v.clone() for k, v in learner.critic.model.state_dict().items()}
+    kl_before = learner.kl.value
+    batch = worker.collect([0, 1], sample_seed=2)
+    values, bootstrap = learner.critic.batch_values(batch)
+    metrics = learner.update(batch, gae_advantages(batch, values, bootstrap, 1.0, 0.95), train_policy=False)
+    assert all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
+    assert not learner.optimizer.state  # the policy's Adam never stepped
+    assert learner.kl.value == kl_before and metrics["train/critic_warmup"] == 1.0
+    assert "train/policy_loss" not in metrics and np.isfinite(metrics["train/value_loss"])
+    assert any(not torch.equal(critic_before[k], v) for k, v in learner.critic.model.state_dict().items())
+    critic_free = Learner(policy, frozen_reference(policy), copy.deepcopy(cfg.rl), aux_coef=0.001)
+    with pytest.raises(ValueError, match="needs a critic"):
+        critic_free.update(batch, gae_advantages(batch, values, bootstrap, 1.0, 0.95), train_policy=False)

@@ -107,11 +107,17 @@ def test_single_agent_tool_use_trains_through_every_algorithm(tmp_path, algo):
     # N=1 is the multi-agent code path with one agent: same rollout, advantages, learner, checkpoint.
     cfg = tiny(tmp_path, scenario="tool_use", algo=algo)
     cfg.iterations = 2
+    critic = algo != "grpo"
+    cfg.critic.warmup_iterations = int(critic)  # iteration 1 fits the critic only
     result = train(cfg)
-    run = MlflowClient(tracking_uri=cfg.tracking.tracking_uri).get_run(result.run_id)
+    client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
+    run = client.get_run(result.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["algo"] == algo
     metrics = run.data.metrics
-    critic = algo != "grpo"
+    warmup = {m.step: m.value for m in client.get_metric_history(result.run_id, "train/critic_warmup")}
+    assert warmup == ({1: 1.0, 2: 0.0} if critic else {1: 0.0, 2: 0.0})
+    policy_steps = {m.step for m in client.get_metric_history(result.run_id, "train/policy_loss")}
+    assert policy_steps == ({2} if critic else {1, 2})
     assert ("train/value_loss" in metrics) == critic
     assert ("rollout/zero_variance_group_frac" in metrics) == (not critic)
     for key in ("train/policy_loss", "train/kl", "loss_weight/policy", "moe/rollout_train_logprob_gap",
