@@ -166,7 +166,8 @@ class Learner:
                     if any(adv.include[i] and batch.turns[i].action_ids for i in ep.turns)]
         metrics: dict[str, list[float]] = {}
         if not episodes:
-            return {"train/skipped_empty_batch": 1.0, "train/kl_coef": self.kl.value}
+            return {"train/skipped_empty_batch": 1.0, "train/kl_coef": self.kl.value,
+                    "train/critic_warmup": float(not train_policy)}
         model = self.policy.model
         model.train()
         if self.critic is not None:

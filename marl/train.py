@@ -280,8 +280,9 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     learners = build_learners(cfg, policies, chat, demos, worker.make_env)
     role_of = role_function(cfg, worker.make_env)
     baselines = {pid: RunningBaseline() for pid in learners} if cfg.rl.baseline == "running" else {}
-    # A critic warm-up's iterations fit the value on the warm-started policy's own play before any policy step.
-    warm_critic_until = cfg.critic.warmup_iterations if algo.critic is not None else 0
+    # A critic warm-up's iterations fit the value on the warm-started policy's own play before any policy step
+    # (config validation keeps it 0 for critic-free algorithms).
+    warm_critic_until = cfg.critic.warmup_iterations
     start = time.perf_counter()
     bar = tqdm(range(1, cfg.iterations + 1), desc="rl", unit="it")
     it = 0
