@@ -31,10 +31,9 @@ import torch
 
 import scenarios
 from marl.advantages import explained_variance
-from marl.critic import Critic
+from marl.critic import Critic, build_critic_model
 from marl.evaluation_cli import load_policy
 from marl.rollout import RolloutBatch, RolloutWorker
-from policies.value_model import build_value_model
 
 
 def returns_to_go(batch: RolloutBatch) -> np.ndarray:
@@ -131,8 +130,8 @@ def main() -> None:
     print("| input | critic | " + " | ".join(f"ep {e + 1}" for e in range(args.epochs)) + " | s/epoch |")
     print("|---|---|" + "---|" * (args.epochs + 1))
     for name in args.inputs:
-        model = build_value_model(args.critic_model, len(tokenizer), tokenizer.pad_token_id, seed=args.seed)
         view = None if name in ("own", "state") else name
+        model = build_critic_model(args.critic_model, view, len(tokenizer), tokenizer.pad_token_id, seed=args.seed)
         critic = Critic(model, tokenizer, chat, centralized=name != "own", learning_rate=args.learning_rate,
                         max_grad_norm=1.0, bootstrap_truncations=False, state_view=view)
         curve = fit(critic, copy.copy(train), copy.copy(heldout), args.epochs, args.minibatch,

@@ -135,7 +135,7 @@ class CriticConfig:
     warmup_iterations: int = 0
     """RL iterations at the start that fit only the critic on the warm-started policy's own rollouts (the policy does not move; counted in the RL budget), so the first policy update already has a learned baseline."""
     state_view: str = "global"
-    """What `mappo`'s critic reads: `global` (the state, then the agent's id), `own_last` / `own_team` (the state with the agent's line last / without teammates' lines), `with_own` (the agent's conversation with the state before each turn)."""
+    """What `mappo`'s critic reads: `global` (the state, then the agent's id), `own_last` / `own_team` (the state with the agent's line last / without teammates' lines), `with_own` (the agent's conversation with the state before each turn), `own_and_state` (two trunks whose values add: the agent's conversation, and the state then its id)."""
 
 
 @dataclass

@@ -11,6 +11,11 @@
 - Agent-specific (`mappo` with a `state_view`, see `STATE_VIEWS`): the state rewritten per reader
   (its own line last, or only the team's lines and its own), or the agent's own conversation with
   that view inserted before each turn. One sequence per reader then (a view is one agent's).
+- Both (`mappo` with `state_view="own_and_state"`): two trunks whose values add, one reading the
+  agent's own conversation (as `ippo`'s), one the shared global-state sequence (as plain
+  `mappo`'s). The state's part starts at 0, so the critic starts as `ippo`'s and learns from the
+  state only what the conversation leaves unexplained; each input stays as short as on its own
+  (`with_own` puts both in one sequence: 18 times the time per epoch on `info_split` N=4).
 - Decentralized (`ippo`): the critic reads the agent's own conversation, exactly the token ids
   the policy saw; one forward over the episode gives the value before every turn.
 
@@ -37,6 +42,7 @@ import torch
 
 from marl.advantages import bootstrap_needed
 from marl.rollout import RolloutBatch
+from policies.value_model import SummedValueModel, ValueModel, build_value_model
 
 
 def _own_last(state: str, agent: str, agents: frozenset[str]) -> str:
@@ -55,10 +61,21 @@ def _own_team(state: str, agent: str, agents: frozenset[str]) -> str:
 
 
 _VIEWS = {"own_last": _own_last, "own_team": _own_team}
-STATE_VIEWS = (*_VIEWS, "with_own")
+FUSED_VIEW = "own_and_state"
+STATE_VIEWS = (*_VIEWS, "with_own", FUSED_VIEW)
 """Agent-specific global states (MAPPO's): `own_last` and `own_team` rewrite the state per reader;
 `with_own` reads the agent's own conversation with the `own_team` view of the state inserted before
-each of its turns (the whole state every turn would not fit: 16 turns of `info_split` made 4,383 tokens)."""
+each of its turns (the whole state every turn would not fit: 16 turns of `info_split` made 4,383 tokens);
+`own_and_state` adds the values of two trunks, one on the own conversation, one on the global state."""
+
+
+def build_critic_model(spec: str, state_view: str | None, vocab_size: int, pad_id: int,
+                       seed: int = 0) -> ValueModel | SummedValueModel:
+    """The value model a critic with this view needs: two parts (own, state) for `own_and_state`, else one."""
+    model = build_value_model(spec, vocab_size, pad_id, seed=seed)
+    if state_view == FUSED_VIEW and not isinstance(model, SummedValueModel):
+        model = SummedValueModel([model, build_value_model(spec, vocab_size, pad_id, seed=seed + 1)])
+    return model
 
 
 @dataclass
@@ -69,6 +86,10 @@ class CriticInputs:
     positions: list[list[int]]
     turns: list[int]
     """Turn index of each value read, in flattening order; -1 - e marks episode e's bootstrap."""
+    state: CriticInputs | None = None
+    """`own_and_state`: the state part's inputs (the same reads, in its own order)."""
+    state_order: list[int] | None = None
+    """`own_and_state`: for each read of `turns`, its index among `state.turns`."""
 
 
 class Critic:
@@ -81,6 +102,9 @@ class Critic:
             raise ValueError(f"state_view {state_view!r}: use None (the state as is) or one of {sorted(STATE_VIEWS)}")
         if minibatches < 1:
             raise ValueError(f"minibatches must be >= 1, got {minibatches}")
+        if (state_view == FUSED_VIEW) != isinstance(model, SummedValueModel):
+            raise ValueError(f"state_view {state_view!r} with a {type(model).__name__}: `{FUSED_VIEW}` needs a "
+                             "SummedValueModel of two parts (own, state; build_critic_model makes it), other views one model")
         self.model = model
         self.state_view = state_view
         self.minibatches = minibatches
@@ -217,8 +241,17 @@ class Critic:
         """Critic inputs for every turn (and truncation bootstrap) of the given episodes."""
         if self.centralized and self.state_view == "with_own":
             return self._with_own_inputs(batch, episodes)
+        if self.centralized and self.state_view == FUSED_VIEW:
+            own, state = self._own_inputs(batch, episodes), self._centralized_inputs(batch, episodes)
+            where = {read: k for k, read in enumerate(state.turns)}
+            own.state, own.state_order = state, [where[read] for read in own.turns]
+            return own
         if self.centralized:
             return self._centralized_inputs(batch, episodes)
+        return self._own_inputs(batch, episodes)
+
+    def _own_inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
+        """The agent's own conversation per agent-episode, a value read before each of its turns."""
         seqs: list[list[int]] = []
         positions: list[list[int]] = []
         reads: list[int] = []
@@ -241,12 +274,19 @@ class Critic:
 
     def predict(self, inputs: CriticInputs) -> torch.Tensor:
         """Values of every read in `inputs`, in order (grad flows if enabled)."""
+        if inputs.state is None:
+            return self._values(self.model, inputs)
+        own, state = self.model.parts
+        order = torch.tensor(inputs.state_order, dtype=torch.long, device=self.model.device)
+        return self._values(own, inputs) + self._values(state, inputs.state)[order]
+
+    def _values(self, model: ValueModel, inputs: CriticInputs) -> torch.Tensor:
         out = []
         for start in range(0, len(inputs.sequences), self.chunk):
-            out.append(self.model.values(inputs.sequences[start : start + self.chunk],
-                                         inputs.positions[start : start + self.chunk]))
+            out.append(model.values(inputs.sequences[start : start + self.chunk],
+                                    inputs.positions[start : start + self.chunk]))
         if not out:
-            return torch.zeros(0, device=self.model.device)
+            return torch.zeros(0, device=model.device)
         return torch.cat(out)
 
     @torch.no_grad()

@@ -26,7 +26,7 @@ from marl import algorithms
 from marl.advantages import RunningBaseline
 from marl.checkpoint import save_checkpoint
 from marl.config import TrainConfig, flatten
-from marl.critic import Critic
+from marl.critic import Critic, build_critic_model
 from marl.evaluate import evaluate, transcript_text
 from marl.learner import Learner, subset
 from marl.policy_map import PolicyMap, policy_id, policy_ids, single
@@ -37,7 +37,6 @@ from policies.chat import ChatFormat
 from policies.llm_policy import LLMPolicy
 from policies.presets import build_model, count_parameters
 from policies.tokenizer import load_or_train_tokenizer
-from policies.value_model import build_value_model
 
 
 @dataclass
@@ -262,11 +261,11 @@ def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any,
         critic = None
         if algo.critic is not None:
             tok = policy.tokenizer
-            model = build_value_model(cfg.critic.model, len(tok), tok.pad_token_id, seed=cfg.seed + k)
+            view = None if cfg.critic.state_view == "global" else cfg.critic.state_view
+            model = build_critic_model(cfg.critic.model, view, len(tok), tok.pad_token_id, seed=cfg.seed + k)
             model.to(policy.device)
             critic = Critic(model, tok, chat, algo.centralized_critic, cfg.critic.learning_rate, cfg.rl.max_grad_norm,
-                            bootstrap_truncations=cfg.rl.bootstrap_truncations,
-                            state_view=None if cfg.critic.state_view == "global" else cfg.critic.state_view,
+                            bootstrap_truncations=cfg.rl.bootstrap_truncations, state_view=view,
                             minibatches=cfg.critic.minibatches)
         learners[pid] = Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
                                 seed=cfg.seed + k, critic=critic, demonstrations=demos_for(demos, owner, pid))

@@ -7,6 +7,10 @@ position sees only the tokens up to it). What the sequences hold (the agent's ow
 for a decentralized critic, the scenario's global state plus the agent's id for a centralized
 one) is the caller's choice; this module knows nothing of scenarios or agents.
 
+`SummedValueModel` adds the values of several such models, each reading its own sequences (a
+critic that reads two inputs, like an agent's own conversation and the global state, and learns
+each part's share of the value; the caller aligns the reads).
+
 Trunk presets are dense (no experts: a critic needs no routing and its load-balancing loss would
 only add noise); a local folder or hub id of any `AutoModel` works too. Left out: sharing the
 policy's trunk (a value loss flowing into the policy's weights is the instability PPO-for-LLM
@@ -107,8 +111,45 @@ class ValueModel(torch.nn.Module):
         return folder
 
 
-def build_value_model(spec: str, vocab_size: int, pad_id: int, seed: int = 0) -> ValueModel:
-    """A critic from a preset name (random init, seeded), a folder written by `ValueModel.save`, or an AutoModel id."""
+SUMMED_FILE = "summed_value_model.json"
+
+
+class SummedValueModel(torch.nn.Module):
+    """Value models whose outputs are added: part k reads its own sequences; the sum is one value per read.
+
+    Late fusion, chosen over one model reading a concatenation: each part keeps short inputs that
+    a small trunk learns quickly, and a part whose input carries nothing stays near a constant
+    instead of diluting the others (every head starts at zero, so the sum starts at 0 too).
+    """
+
+    def __init__(self, parts: Sequence[ValueModel]) -> None:
+        super().__init__()
+        if len(parts) < 2:
+            raise ValueError(f"a summed value model needs at least 2 parts, got {len(parts)}")
+        self.parts = torch.nn.ModuleList(parts)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def save(self, folder: str | Path) -> Path:
+        """Each part with `ValueModel.save` in `part_<k>`, and a marker naming how many."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, part in enumerate(self.parts):
+            part.save(folder / f"part_{k}")
+        (folder / SUMMED_FILE).write_text(json.dumps({"parts": len(self.parts)}))
+        return folder
+
+
+def build_value_model(spec: str, vocab_size: int, pad_id: int, seed: int = 0) -> ValueModel | SummedValueModel:
+    """A critic from a preset name (random init, seeded), a folder written by `ValueModel.save` or
+    `SummedValueModel.save`, or an AutoModel id."""
+    folder = Path(spec).expanduser()
+    if (folder / SUMMED_FILE).is_file():
+        n = int(json.loads((folder / SUMMED_FILE).read_text())["parts"])
+        return SummedValueModel([build_value_model(str(folder / f"part_{k}"), vocab_size, pad_id, seed + k)
+                                 for k in range(n)])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if spec in CRITIC_PRESETS:
@@ -116,7 +157,6 @@ def build_value_model(spec: str, vocab_size: int, pad_id: int, seed: int = 0) ->
             model_type = fields.pop("model_type")
             config = AutoConfig.for_model(model_type, vocab_size=vocab_size, pad_token_id=pad_id, **fields)
             return ValueModel(AutoModel.from_config(config), pad_id)
-        folder = Path(spec).expanduser()
         if (folder / "value_model.json").is_file():
             from safetensors.torch import load_file
 

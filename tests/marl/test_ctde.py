@@ -18,7 +18,7 @@ import torch
 import scenarios
 from marl.advantages import gae_advantages
 from marl.config import TrainConfig
-from marl.critic import Critic
+from marl.critic import Critic, build_critic_model
 from marl.learner import Learner, subset
 from marl.policy_map import PolicyMap, policy_id
 from marl.rollout import RolloutWorker
@@ -303,3 +303,40 @@ def test_critic_warmup_steps_the_critic_and_leaves_the_policy_untouched(nav):
     critic_free = Learner(policy, frozen_reference(policy), copy.deepcopy(cfg.rl), aux_coef=0.001)
     with pytest.raises(ValueError, match="needs a critic"):
         critic_free.update(batch, gae_advantages(batch, values, bootstrap, 1.0, 0.95), train_policy=False)
+
+
+def test_own_and_state_critic_adds_an_own_part_and_a_state_part(nav, tmp_path):
+    _, _, tokenizer, policy = nav
+    chat = ChatFormat(tokenizer)
+    make_env = partial(scenarios.make, "navigation", n_agents=3, split="train", max_turns=3)
+    batch = RolloutWorker(make_env, policy, chat).collect([1, 2], sample_seed=0, record_state=True)
+    assert any(ep.reason == "max_turns" for ep in batch.episodes)  # bootstrap reads are aligned too
+    model = build_critic_model("tiny-critic", "own_and_state", len(tokenizer), tokenizer.pad_token_id, seed=0)
+    fused = Critic(model, tokenizer, chat, True, 1e-3, 1.0, state_view="own_and_state")
+    values, bootstrap = fused.batch_values(batch)
+    assert not values.any() and not bootstrap.any()  # zero heads: it starts as a constant 0, like the others
+    for part, bias in zip(model.parts, (0.3, -0.1), strict=True):
+        torch.nn.init.normal_(part.head.weight, std=0.5, generator=torch.Generator().manual_seed(7))
+        torch.nn.init.constant_(part.head.bias, bias)
+    own = Critic(model.parts[0], tokenizer, chat, False, 1e-3, 1.0)
+    state = Critic(model.parts[1], tokenizer, chat, True, 1e-3, 1.0)
+    values, bootstrap = fused.batch_values(batch)
+    (own_v, own_b), (state_v, state_b) = own.batch_values(batch), state.batch_values(batch)
+    # Each read's value is the own conversation's part plus the global state's part for that same read.
+    np.testing.assert_allclose(values, own_v + state_v, atol=1e-5)
+    np.testing.assert_allclose(bootstrap, own_b + state_b, atol=1e-5)
+    assert np.abs(state_v).max() > 1e-3 and np.abs(own_v - values).max() > 1e-3  # both parts count
+    inputs = fused.inputs(batch, range(len(batch.episodes)))
+    fused.predict(inputs).pow(2).mean().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in (model.parts[0].head.weight,
+                                                                        model.parts[1].head.weight))
+    # Saved and built again (a checkpoint's critic, or --critic.model <folder>): the same values.
+    fused.optimizer.zero_grad(set_to_none=True)
+    model.save(tmp_path / "critic")
+    again = build_critic_model(str(tmp_path / "critic"), "own_and_state", len(tokenizer), tokenizer.pad_token_id)
+    np.testing.assert_allclose(Critic(again, tokenizer, chat, True, 1e-3, 1.0, state_view="own_and_state")
+                               .batch_values(batch)[0], values, atol=1e-5)
+    with pytest.raises(ValueError, match="own_and_state"):
+        Critic(model.parts[0], tokenizer, chat, True, 1e-3, 1.0, state_view="own_and_state")
+    with pytest.raises(ValueError, match="SummedValueModel"):
+        Critic(model, tokenizer, chat, True, 1e-3, 1.0, state_view="own_last")
