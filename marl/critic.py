@@ -15,7 +15,7 @@
   agent's own conversation (as `ippo`'s), one the shared global-state sequence (as plain
   `mappo`'s). The state's part starts at 0, so the critic starts as `ippo`'s and learns from the
   state only what the conversation leaves unexplained; each input stays as short as on its own
-  (`with_own` puts both in one sequence: 18 times the time per epoch on `info_split` N=4).
+  (`with_own` puts both in one sequence: 14-18 times `own`'s time per epoch on `info_split` N=4).
 - Decentralized (`ippo`): the critic reads the agent's own conversation, exactly the token ids
   the policy saw; one forward over the episode gives the value before every turn.
 
