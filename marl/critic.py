@@ -102,7 +102,7 @@ class Critic:
             raise ValueError(f"state_view {state_view!r}: use None (the state as is) or one of {sorted(STATE_VIEWS)}")
         if minibatches < 1:
             raise ValueError(f"minibatches must be >= 1, got {minibatches}")
-        if (state_view == FUSED_VIEW) != isinstance(model, SummedValueModel):
+        if (state_view == FUSED_VIEW) != (isinstance(model, SummedValueModel) and len(model.parts) == 2):
             raise ValueError(f"state_view {state_view!r} with a {type(model).__name__}: `{FUSED_VIEW}` needs a "
                              "SummedValueModel of two parts (own, state; build_critic_model makes it), other views one model")
         self.model = model
