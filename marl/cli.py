@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import tyro
 
 from marl.checkpoint import CheckpointError
-from marl.config import ConfigError, TrainConfig, load_yaml
+from marl.config import ConfigError, TrainConfig
+from marl.config_files import load_yaml
 from marl.errors import NonFiniteError
 
 USAGE = """usage: marl {scenarios,train,eval,compare} [--help]

@@ -25,7 +25,8 @@ import scenarios
 from marl import algorithms
 from marl.advantages import RunningBaseline
 from marl.checkpoint import save_checkpoint
-from marl.config import TrainConfig, flatten
+from marl.config import TrainConfig
+from marl.config_files import flatten
 from marl.critic import Critic, build_critic_model
 from marl.evaluate import evaluate, transcript_text
 from marl.learner import Learner, subset

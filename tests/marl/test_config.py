@@ -3,7 +3,8 @@
 import pytest
 import yaml
 
-from marl.config import ConfigError, TrainConfig, flatten, load_yaml
+from marl.config import ConfigError, TrainConfig
+from marl.config_files import flatten, load_yaml
 
 
 def test_defaults_validate():
