@@ -13,7 +13,7 @@ depend on what else the machine runs.
         --train-tasks 48 --group 4 --heldout-tasks 32 --epochs 8
 
 Inputs (`--inputs`): `own` (the agent's own conversation, `ippo`'s), `state` (the global state then
-`agent <id>`, `mappo`'s), plus the views of `marl.critic.STATE_VIEWS`. `--critic-model` picks the
+`agent <id>`, `mappo`'s), plus the views of `marl.engine.critic.STATE_VIEWS`. `--critic-model` picks the
 trunk (a preset, or a checkpoint folder: e.g. the policy's own, as a warm-started critic).
 """
 
@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 import scenarios
-from marl.advantages import explained_variance
-from marl.critic import Critic, build_critic_model
-from marl.evaluation_cli import load_policy
-from marl.rollout import RolloutBatch, RolloutWorker
+from marl.engine.advantages import explained_variance
+from marl.engine.critic import Critic, build_critic_model
+from marl.engine.rollout import RolloutBatch, RolloutWorker
+from marl.run.build import load_policy
 
 
 def returns_to_go(batch: RolloutBatch) -> np.ndarray:
@@ -81,7 +81,7 @@ def fit(critic: Critic, train: RolloutBatch, heldout: RolloutBatch, epochs: int,
 
 
 def main() -> None:
-    from marl.critic import STATE_VIEWS
+    from marl.engine.critic import STATE_VIEWS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
@@ -101,12 +101,10 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     policy, chat, meta = load_policy(args.checkpoint)
-    scenario = meta["scenario"]
-    agents = args.agents or int(meta.get("agents") or scenarios.info(scenario).agent_range[0])
-    options = dict(meta.get("scenario_options", {}))
-    make_env = partial(scenarios.make, scenario, n_agents=agents, split="train", **options)
-    comms = meta.get("comms") or {}
-    if comms.get("topology", "none") != "none":
+    scenario = meta.scenario
+    agents = args.agents or meta.agents
+    make_env = partial(scenarios.make, scenario, n_agents=agents, split="train", **meta.scenario_options)
+    if meta.comms.get("topology", "none") != "none":
         raise SystemExit("this probe plays without comms; train the checkpoint without --comms.topology")
     worker = RolloutWorker(make_env, policy, chat)
     rng = np.random.default_rng(args.seed)

@@ -23,8 +23,8 @@ import numpy as np
 
 import scenarios
 from marl.config import TrainConfig
-from marl.rollout import RolloutWorker
-from marl.train import build_policy
+from marl.engine.rollout import RolloutWorker
+from marl.run.build import build_policy
 from policies.chat import ChatFormat
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from marl.config import TrainConfig
-from marl.rollout import RolloutWorker
-from marl.train import build_policy, make_env_factory
+from marl.engine.rollout import RolloutWorker
+from marl.run.build import build_policy, train_env_factory
 from policies.chat import ChatFormat
 
 CASES = (("tool_use", 1, "none"), ("info_split", 4, "none"), ("info_split", 4, "full"), ("navigation", 3, "none"),
@@ -37,7 +37,7 @@ def main() -> None:
         for name, n, topology in CASES:
             cfg = TrainConfig(seed=args.seed, scenario=name, agents=n)
             cfg.comms.topology = topology
-            make = make_env_factory(cfg, "train")
+            make = train_env_factory(cfg, "train")
             cfg.policy.tokenizer_episodes = 200
             tokenizer, _, policy = build_policy(cfg, make, Path(tmp), np.random.default_rng(args.seed))
             seeds = list(range(args.episodes))

@@ -7,6 +7,8 @@ under the exact (masked, temperature-scaled) distribution sampled from, and the 
 token. `sequence_logprobs` is the learner's side: one right-padded forward of prompt + action
 under the same masks and temperature, with entropy and (for MoE models) router statistics.
 Works with any `AutoModelForCausalLM`; router parts are skipped when the model has none.
+The result records (`Generation`, `SequenceScores`) live in `policies/outputs.py` and the scoring
+forward in `policies/scoring.py`; both names stay importable from here.
 Left out: value / opponent heads, beam search, stop strings, and removing finished rows
 from the batch mid-generation (they ride along masked; their outputs are ignored).
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,48 +25,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
-from policies.router_stats import load_entropy
+from policies.outputs import Generation, SequenceScores
 from policies.scoring import score_spans
 from policies.turn_cache import TurnCache, fresh_prefill
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
 
-
-@dataclass
-class Generation:
-    """One batched generation. Lists are per sample, in prompt order."""
-
-    token_ids: list[list[int]]  # generated ids; ends with end_id when finished
-    logprobs: list[list[float]]  # per generated token, under the masked temperature-scaled distribution
-    texts: list[str]  # decoded action text (no end_id, no special tokens)
-    allowed: list[list[list[int]] | None]  # per token the allowed ids (shared lists: read only); None = free
-    finished: list[bool]  # True when the sample emitted end_id within max_new_tokens
-    num_prompt_tokens: list[int] = field(default_factory=list)
-
-    @property
-    def num_new_tokens(self) -> list[int]:
-        return [len(t) for t in self.token_ids]
-
-    @property
-    def total_new_tokens(self) -> int:
-        return sum(len(t) for t in self.token_ids)
-
-
-@dataclass
-class SequenceScores:
-    """Scores of actions given prompts, from one training forward (carries grad if enabled)."""
-
-    logprobs: torch.Tensor  # [B, A] float32, 0 where mask is False
-    mask: torch.Tensor  # [B, A] bool, True on real action tokens
-    entropy: torch.Tensor  # [B, A] entropy of the masked temperature-scaled distribution, 0 on padding
-    aux_loss: torch.Tensor | None = None  # Switch load-balancing loss (about top_k when balanced)
-    router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer [B*T, num_experts]
-    expert_load: torch.Tensor | None = None  # [layers, num_experts] fraction of top-k picks, detached
-
-    def expert_load_entropy(self) -> torch.Tensor | None:
-        """Mean over layers of the entropy of expert load (log(num_experts) when balanced)."""
-        return None if self.expert_load is None else load_entropy(self.expert_load)
+__all__ = ["Generation", "LLMPolicy", "SequenceScores"]  # the records are re-exported for callers
 
 
 class LLMPolicy:
@@ -293,4 +260,6 @@ class LLMPolicy:
         row-major order; `allowed[r][k]` is the allowed-id lists of span k of sequence r (None:
         free decoding).
         """
-        return score_spans(self, sequences, spans, allowed, with_router_logits)
+        return score_spans(self.model, sequences, spans, allowed, free_mask=self.free_mask(self.device),
+                           pad_id=self.pad_id, temperature=self.temperature,
+                           with_router_logits=with_router_logits and self._has_router)

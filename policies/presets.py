@@ -15,8 +15,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 # Qwen3-MoE configs. Sizes are chosen so that a vocabulary of about 1-1.5k tokens gives
-# ~1.1M parameters (tiny) and ~7-8M (small); see docs in notes/tiny-models.md for what each
-# can learn on 2 CPU cores. `output_router_logits` stays False: generation with the KV cache
+# ~1.1M parameters (tiny) and ~7-8M (small), small enough to train on a laptop CPU; what each
+# learns is in docs/results.md. `output_router_logits` stays False: generation with the KV cache
 # breaks when it is on in the config; the training forward asks for router logits explicitly.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny-moe": {
@@ -87,7 +87,7 @@ def build_model(
     the checkpoint's own vocabulary is kept; a mismatch with `vocab_size` raises (a tokenizer
     that does not match the model would silently produce garbage).
     `experts_implementation` defaults to transformers' choice (`grouped_mm`, fast on CPU too);
-    never pass `batched_mm` on CPU (about 25x slower there).
+    never pass `batched_mm` on CPU (far slower there).
     """
     if spec in PRESETS:
         fields = dict(PRESETS[spec])

@@ -12,7 +12,7 @@ import string
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from policies.llm_policy import Generation
+from policies.outputs import Generation
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar

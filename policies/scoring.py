@@ -10,41 +10,45 @@ Switch load-balancing loss and per-layer expert load. Gradients flow if the call
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+from transformers import PreTrainedModel
 
+from policies.outputs import SequenceScores
 from policies.router_stats import aux_loss, expert_counts, expert_load
-
-if TYPE_CHECKING:
-    from policies.llm_policy import LLMPolicy, SequenceScores
 
 
 def score_spans(
-    policy: LLMPolicy,
+    model: PreTrainedModel,
     sequences: Sequence[Sequence[int]],
     spans: Sequence[Sequence[tuple[int, int]]],
     allowed: Sequence[Sequence[Sequence[Sequence[int]] | None]],
+    *,
+    free_mask: torch.Tensor,
+    pad_id: int,
+    temperature: float,
     with_router_logits: bool = False,
 ) -> SequenceScores:
-    """See `LLMPolicy.span_logprobs`."""
-    from policies.llm_policy import SequenceScores
+    """Score the spans of `sequences` in one forward of `model` (see `LLMPolicy.span_logprobs`).
 
+    `free_mask` is free decoding's bool [vocab] mask, on the model's device; `with_router_logits`
+    asks the model for router logits, so pass it only for models that have a router.
+    """
     if not (len(sequences) == len(spans) == len(allowed)):
         raise ValueError("sequences, spans and allowed must have one entry per sequence")
-    device = policy.device
+    device = free_mask.device
     n = len(sequences)
     width = max(len(s) for s in sequences)
-    input_ids = torch.full((n, width), policy.pad_id, dtype=torch.long)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
     attention = torch.zeros((n, width), dtype=torch.long)
     for i, seq in enumerate(sequences):  # right padding
         input_ids[i, : len(seq)] = torch.tensor(list(seq), dtype=torch.long)
         attention[i, : len(seq)] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
     positions = torch.arange(width, device=device)[None].expand(n, -1)
-    kwargs = {"output_router_logits": True} if with_router_logits and policy._has_router else {}
-    out = policy.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False,
+    kwargs = {"output_router_logits": True} if with_router_logits else {}
+    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False,
                        **kwargs)
 
     # Flatten every span token: (sequence row, position of the token); logits at position - 1 predict it.
@@ -63,8 +67,8 @@ def score_spans(
             slot.append(s_idx * a_max + j)
     vocab = out.logits.shape[-1]
     logits = out.logits[torch.tensor(rows, device=device), torch.tensor(cols, device=device)].float()
-    logits = logits / policy.temperature
-    allow = _allow_rows(policy, flat_span, vocab, device)
+    logits = logits / temperature
+    allow = _allow_rows(free_mask, flat_span, vocab, device)
     logp_all = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
     target_t = torch.tensor(targets, device=device)
     tok_logp = logp_all.gather(-1, target_t[:, None]).squeeze(-1)
@@ -83,14 +87,13 @@ def score_spans(
         layers = tuple(r for r in router if isinstance(r, torch.Tensor))
         if layers:
             scores.router_logits = layers
-            scores.aux_loss = aux_loss(policy.model, out, layers, attention)
-            scores.expert_load = expert_load(layers, attention, expert_counts(policy.model)[1])
+            scores.aux_loss = aux_loss(model, out, layers, attention)
+            scores.expert_load = expert_load(layers, attention, expert_counts(model)[1])
     return scores
 
 
-def _allow_rows(policy: LLMPolicy, flat_span: list, vocab: int, device: torch.device) -> torch.Tensor:
+def _allow_rows(free: torch.Tensor, flat_span: list, vocab: int, device: torch.device) -> torch.Tensor:
     """Bool [tokens, vocab]: the allowed ids of every span token, in flattening order."""
-    free = policy.free_mask(device)
     if vocab != free.shape[0]:
         raise ValueError(f"model logits have {vocab} entries but the policy expected {free.shape[0]}")
     total = sum(length for _, _, length, _ in flat_span)

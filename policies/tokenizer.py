@@ -1,9 +1,9 @@
 """Offline byte-level BPE tokenizer for text scenarios, with entities kept whole.
 
-Trains in well under a second on a scenario's own text (no download), then:
+Trains on a scenario's own text (no download), then:
 - splits every digit into its own token (BPE merges numbers inconsistently otherwise),
 - adds every scenario entity as ONE token that wins even inside JSON or next to punctuation
-  (copying one token is learnable by a tiny model in minutes; spelling a string is not),
+  (a tiny model learns to copy one token easily; spelling a string out it hardly learns),
 - adds the chat special tokens (see `SPECIAL_TOKENS`) and a Jinja `chat_template` laid out
   exactly like `policies.chat.ChatFormat`.
 The result is a `PreTrainedTokenizerFast` that round-trips ASCII text exactly.

@@ -2,10 +2,10 @@
 
 A turn's prompt is the previous prompt + the generated action + the new observation, so
 re-reading the whole conversation every turn (what a plain `generate` does) costs a prefill that
-grows with the episode: measured on `info_split` with 4 agents sharing observations, prefill was
-77% of rollout time. `TurnCache` keeps the KV cache, the attention mask and the real tokens of
-each row (keyed by the caller, e.g. `(env index, agent)`) after a `generate` call; the next call
-feeds only the tokens past what the cache holds.
+grows with the episode, and an episode's prefill work with the square of its turns (measured
+figures: docs/results.md, "The turn cache"). `TurnCache` keeps the KV cache, the attention mask
+and the real tokens of each row (keyed by the caller, e.g. `(env index, agent)`) after a
+`generate` call; the next call feeds only the tokens past what the cache holds.
 
 Rows are left-padded per call, so the kept mask has holes (padding columns between turns); the
 mask and explicit position ids (real tokens only) make that invisible to the model, the same way

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from marl.advantages import group_advantages
-from marl.rollout import Episode
+from marl.engine.advantages import group_advantages
+from marl.engine.rollout import Episode
 
 
 def ep(group: int, ret: float, agent: str = "agent_0", reason: str = "failure") -> Episode:

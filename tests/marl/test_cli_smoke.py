@@ -60,6 +60,14 @@ def test_train_then_eval_through_the_cli(tmp_path):
     for key in ("success_rate", "return_mean", "invalid_action_rate"):
         assert 0.0 <= figures[key] <= 1.0 or key == "return_mean"
 
+    # Another scenario than the checkpoint's is refused by name, or played with a warning when asked for.
+    proc = marl("eval", "--checkpoint", str(checkpoint), "--scenario", "navigation", "--episodes", "2", cwd=tmp_path)
+    assert proc.returncode == 2 and "trained on tool_use" in proc.stderr and "--other-scenario" in proc.stderr
+    proc = marl("eval", "--checkpoint", str(checkpoint), "--scenario", "navigation", "--other-scenario",
+                "--episodes", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "warning" in proc.stderr and json.loads(proc.stdout.strip().splitlines()[-1])["trained_on"] == "tool_use"
+
 
 def test_bad_config_exits_2_with_a_message(tmp_path):
     proc = marl("train", "--rl.group-size", "1", "--tracking-uri", f"sqlite:///{tmp_path}/m.db", cwd=tmp_path)

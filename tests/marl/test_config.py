@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from marl.config import ConfigError, TrainConfig
-from marl.config_files import flatten, load_yaml
+from marl.config.files import flatten, load_yaml
 
 
 def test_defaults_validate():

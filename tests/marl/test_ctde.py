@@ -16,14 +16,14 @@ import pytest
 import torch
 
 import scenarios
-from marl.advantages import gae_advantages
 from marl.config import TrainConfig
-from marl.critic import Critic, build_critic_model
-from marl.learner import Learner, subset
-from marl.policy_map import PolicyMap, policy_id
-from marl.rollout import RolloutWorker
-from marl.sft import conversations, demonstration_episodes
-from marl.train import build_policy, frozen_reference
+from marl.engine.advantages import gae_advantages
+from marl.engine.critic import Critic, build_critic_model
+from marl.engine.learner import Learner, subset
+from marl.engine.policy_map import PolicyMap, policy_id
+from marl.engine.rollout import RolloutWorker
+from marl.run.build import build_policy, frozen_reference
+from marl.run.sft import conversations, demonstration_episodes
 from policies.chat import ChatFormat
 from policies.llm_policy import LLMPolicy
 from policies.value_model import build_value_model
@@ -268,7 +268,7 @@ def test_with_own_view_reads_the_agents_conversation_with_the_state_before_each_
 
 
 def test_critic_minibatches_keep_each_team_together_and_cover_every_episode():
-    from marl.rollout import Episode, RolloutBatch
+    from marl.engine.rollout import Episode, RolloutBatch
 
     episodes = [Episode(seed=0, group=g, agent=f"agent_{a}", env=env) for env, g in enumerate([0, 0, 1, 1, 2])
                 for a in range(3)]

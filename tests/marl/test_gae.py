@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from marl.advantages import RunningBaseline, gae, gae_advantages
-from marl.rollout import Episode, RolloutBatch, Turn
+from marl.engine.advantages import RunningBaseline, gae, gae_advantages
+from marl.engine.rollout import Episode, RolloutBatch, Turn
 
 
 def test_gae_matches_a_hand_computed_terminal_case():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from marl.losses import AdaptiveKL, kl_to_reference, ppo_clip_loss, sequence_clip_loss, value_loss
+from marl.engine.losses import AdaptiveKL, kl_to_reference, ppo_clip_loss, sequence_clip_loss, value_loss
 
 
 def test_ppo_loss_is_clipped_for_positive_advantage():

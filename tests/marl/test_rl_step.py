@@ -15,13 +15,13 @@ import pytest
 import torch
 
 import scenarios
-from marl.advantages import group_advantages, per_turn
-from marl.checkpoint import CheckpointError, read_meta, save_checkpoint
 from marl.config import TrainConfig
-from marl.errors import NonFiniteError
-from marl.learner import Learner, episode_sequence
-from marl.rollout import RolloutWorker, summarize
-from marl.train import build_policy
+from marl.engine.advantages import group_advantages, per_turn
+from marl.engine.errors import NonFiniteError
+from marl.engine.learner import Learner, episode_sequence
+from marl.engine.rollout import RolloutWorker, summarize
+from marl.run.build import build_policy
+from marl.run.checkpoint import CheckpointError, CheckpointMeta, TokenizerInfo, read_meta, save_checkpoint
 from policies.chat import ChatFormat
 from policies.llm_policy import LLMPolicy
 
@@ -128,16 +128,22 @@ def test_nan_loss_skips_the_step_then_aborts(setup, monkeypatch):
         learner.update(batch, adv)
 
 
+def _meta(tokenizer, iteration: int) -> CheckpointMeta:
+    return CheckpointMeta(scenario="tool_use", agents=1, model="tiny-moe", tokenizer=TokenizerInfo("offline-bpe", len(tokenizer)),
+                          policy_mapping="shared", policies=("shared",), algo="grpo", critic_view=None, constrained=True,
+                          temperature=1.0, max_new_tokens=48, run_id="test", seed=0, iteration=iteration)
+
+
 def test_checkpoint_refuses_nan_and_keeps_the_last_good_one(setup, tmp_path):
     _, _, tokenizer, model, _ = setup
     model = copy.deepcopy(model)
-    path = save_checkpoint(tmp_path / "ckpt", model, tokenizer, {"iteration": 1})
-    assert read_meta(path)["iteration"] == 1
+    path = save_checkpoint(tmp_path / "ckpt", model, tokenizer, _meta(tokenizer, 1))
+    assert read_meta(path).iteration == 1
     with torch.no_grad():
         next(model.parameters()).fill_(float("nan"))
     with pytest.raises(CheckpointError, match="non-finite"):
-        save_checkpoint(path, model, tokenizer, {"iteration": 2})
-    assert read_meta(path)["iteration"] == 1
+        save_checkpoint(path, model, tokenizer, _meta(tokenizer, 2))
+    assert read_meta(path).iteration == 1
     assert (path / "model.safetensors").is_file()
 
 
@@ -147,7 +153,7 @@ def test_checkpoint_checks_every_policy_and_critic_of_a_mapping(setup, tmp_path)
     _, _, tokenizer, model, _ = setup
     good, bad = copy.deepcopy(model), copy.deepcopy(model)
     critic = build_value_model("tiny-critic", len(tokenizer), tokenizer.pad_token_id)
-    path = save_checkpoint(tmp_path / "ckpt", good, tokenizer, {"iteration": 1}, extra_models={"team_b": good},
+    path = save_checkpoint(tmp_path / "ckpt", good, tokenizer, _meta(tokenizer, 1), extra_models={"team_b": good},
                            critics={"team_b": critic})
     assert (path / "policies" / "team_b" / "model.safetensors").is_file()
     assert (path / "critics" / "team_b" / "value_head.safetensors").is_file()
@@ -155,6 +161,6 @@ def test_checkpoint_checks_every_policy_and_critic_of_a_mapping(setup, tmp_path)
         next(bad.parameters()).fill_(float("nan"))
     # Same id for a policy and a critic: the bad policy must not hide behind the good critic.
     with pytest.raises(CheckpointError, match="policy team_b"):
-        save_checkpoint(path, good, tokenizer, {"iteration": 2}, extra_models={"team_b": bad},
+        save_checkpoint(path, good, tokenizer, _meta(tokenizer, 2), extra_models={"team_b": bad},
                         critics={"team_b": critic})
-    assert read_meta(path)["iteration"] == 1
+    assert read_meta(path).iteration == 1

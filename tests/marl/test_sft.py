@@ -10,9 +10,9 @@ import torch
 
 import scenarios
 from marl.config import TrainConfig, WarmStartConfig
-from marl.rollout import RolloutWorker
-from marl.sft import conversations, demonstration_episodes, run_sft
-from marl.train import build_policy
+from marl.engine.rollout import RolloutWorker
+from marl.run.build import build_policy
+from marl.run.sft import conversations, demonstration_episodes, run_sft
 from policies.chat import ChatFormat
 
 
@@ -53,7 +53,7 @@ def test_sft_learns_and_leaves_a_clean_model(tmp_path):
 
 
 def test_a_step_budget_anneals_too_whichever_budget_ends_first():
-    from marl.sft import budget_decay
+    from marl.run.sft import budget_decay
 
     steps = WarmStartConfig(seconds=100_000, max_steps=1000, lr_decay_fraction=0.2)
     assert budget_decay(50.0, 700, steps) == 1.0
@@ -64,7 +64,7 @@ def test_a_step_budget_anneals_too_whichever_budget_ends_first():
 
 
 def test_learning_rate_anneals_over_the_end_of_the_time_budget():
-    from marl.sft import decay_factor
+    from marl.run.sft import decay_factor
 
     assert decay_factor(100.0, 450.0, 0.0) == 1.0  # off: constant to the end
     assert decay_factor(300.0, 450.0, 0.2) == 1.0  # before the last 20% (360 s)
@@ -74,7 +74,7 @@ def test_learning_rate_anneals_over_the_end_of_the_time_budget():
 
 
 def test_perturbed_demonstrations_show_recovery_and_never_teach_the_slip(tmp_path):
-    from marl.sft import Perturbation, imitable, perturbed_fraction
+    from marl.run.sft import Perturbation, imitable, perturbed_fraction
 
     make_env = partial(scenarios.make, "info_split", n_agents=3, split="train")
     worker = RolloutWorker(make_env, None, None)

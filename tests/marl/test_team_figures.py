@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 
 import scenarios
-from marl.cli import EvalArgs
-from marl.config import ConfigError, TrainConfig
-from marl.evaluate import evaluate
-from marl.evaluation_cli import run_eval
-from marl.rollout import SCRIPTED, RolloutWorker, expert_actor, team_name
-from marl.train import build_policy
+from marl.cli.eval import run_eval
+from marl.config import ConfigError, EvalConfig, TrainConfig
+from marl.engine.rollout import SCRIPTED, RolloutWorker, expert_actor, team_name
+from marl.run.build import build_policy
+from marl.run.evaluate import evaluate
 from policies.chat import ChatFormat
 
 
@@ -77,17 +76,17 @@ def test_a_scripted_team_plays_beside_the_policy(predators):
 
 def test_eval_against_a_scripted_team_reports_both_teams(predators):
     _, _, _, out = predators
-    args = EvalArgs(policy="untrained", scenario="predator_prey", agents=4, split="basic", episodes=6,
+    args = EvalConfig(policy="untrained", scenario="predator_prey", agents=4, split="basic", episodes=6,
                     scripted_team="prey", output_dir=str(out))
     report = run_eval(args)
     assert report["scripted_team"] == "prey"
     # Untrained prey are caught (measured: every one in 8 seeds); the expert's prey evade untrained predators.
-    plain = run_eval(EvalArgs(policy="untrained", scenario="predator_prey", agents=4, split="basic", episodes=6,
+    plain = run_eval(EvalConfig(policy="untrained", scenario="predator_prey", agents=4, split="basic", episodes=6,
                               output_dir=str(out)))
     assert plain["team/prey/truncation_rate"] <= 0.25
     assert report["team/prey/truncation_rate"] >= 0.75 and report["team/predator/success_rate"] <= 0.25
     with pytest.raises(ConfigError, match="teams are"):
-        run_eval(EvalArgs(policy="untrained", scenario="predator_prey", agents=4, episodes=2,
+        run_eval(EvalConfig(policy="untrained", scenario="predator_prey", agents=4, episodes=2,
                           scripted_team="wolves", output_dir=str(out)))
     with pytest.raises(ConfigError, match="LLM policy"):
-        run_eval(EvalArgs(policy="expert", scenario="predator_prey", agents=4, episodes=2, scripted_team="prey"))
+        run_eval(EvalConfig(policy="expert", scenario="predator_prey", agents=4, episodes=2, scripted_team="prey"))

@@ -12,11 +12,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import scenarios
-from marl.checkpoint import read_meta
-from marl.cli import EvalArgs
-from marl.config import ConfigError, TrainConfig
-from marl.evaluation_cli import run_eval
-from marl.train import train
+from marl.cli.eval import run_eval
+from marl.config import ConfigError, EvalConfig, TrainConfig
+from marl.run.checkpoint import read_meta
+from marl.run.train import train
 
 CASES = [("navigation", 3), ("predator_prey", 4), ("repeated_game", 3), ("bargaining", 5), ("info_split", 3),
          ("tool_use", 2)]
@@ -80,7 +79,7 @@ def test_training_with_shared_observations_logs_the_graph_and_message_stats(tmp_
     assert run.data.metrics["comms/messages"] > 0  # the sampled policy used the "say" field
 
     # The checkpoint carries its sharing; `marl eval` can also evaluate under another channel.
-    base = EvalArgs(checkpoint=str(result.checkpoint), split="basic", episodes=3)
+    base = EvalConfig(checkpoint=str(result.checkpoint), split="basic", episodes=3)
     same = run_eval(base)
     assert (same["comms_topology"], same["comms_drop"]) == ("ring", 0.3)
     lossless = run_eval(dataclasses.replace(base, comms_drop=0.0))
@@ -136,7 +135,7 @@ def test_competitive_scenario_trains_one_model_per_team(tmp_path):
     for team in ("team_predator", "team_prey"):
         assert f"policy/{team}/train/kl" in metrics and f"policy/{team}/train/value_loss" in metrics
     meta = read_meta(result.checkpoint)
-    assert meta["policies"] == ["team_predator", "team_prey"] and meta["policy_mapping"] == "team"
+    assert meta.policies == ("team_predator", "team_prey") and meta.policy_mapping == "team"
     assert (result.checkpoint / "policies" / "team_prey" / "model.safetensors").is_file()
-    report = run_eval(EvalArgs(checkpoint=str(result.checkpoint), split="basic", episodes=2))
+    report = run_eval(EvalConfig(checkpoint=str(result.checkpoint), split="basic", episodes=2))
     assert report["agents"] == 4 and report["agent_episodes"] == 8

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from marl.advantages import Advantages
 from marl.config import RLConfig
-from marl.errors import NonFiniteError
-from marl.losses import (
+from marl.engine.advantages import Advantages
+from marl.engine.errors import NonFiniteError
+from marl.engine.losses import (
     AdaptiveKL,
     kl_to_reference,
     masked_mean,
@@ -40,7 +40,7 @@ from marl.losses import (
     sequence_clip_loss,
     value_loss,
 )
-from marl.rollout import Episode, RolloutBatch, Turn
+from marl.engine.rollout import Episode, RolloutBatch, Turn
 from policies.router_stats import load_entropy
 
 

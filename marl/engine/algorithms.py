@@ -6,7 +6,7 @@
 | ippo  | decentralized: the agent's conversation  | per-turn GAE, normalized per agent or role   | no     |
 | grpo  | none                                     | group baseline over rollouts of one seed, per agent; or a running per-role baseline (`rl.baseline running`, competitive self-play) | yes (group baseline) |
 
-All three share the rollout, the PPO-clip update and the open loss (`marl.learner`); an algorithm
+All three share the rollout, the PPO-clip update and the open loss (`marl.engine.learner`); an algorithm
 only decides what reads values and how advantages are formed. Adding one is adding an entry here.
 """
 
@@ -16,24 +16,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from marl.advantages import Advantages, RunningBaseline, gae_advantages, group_advantages, per_turn
-from marl.rollout import RolloutBatch
+from marl.config.choices import ALGORITHM_NEEDS, AlgorithmNeeds
+from marl.engine.advantages import Advantages, RunningBaseline, gae_advantages, group_advantages, per_turn
+from marl.engine.rollout import RolloutBatch
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """An RL algorithm's name, one-line summary and capabilities."""
+    """An RL algorithm's name, one-line summary and what it needs (`marl.config.choices.ALGORITHM_NEEDS`)."""
 
     name: str
     summary: str
-    critic: str | None
-    """`centralized` (reads the global state), `decentralized` (reads the agent's own view) or None."""
-    needs_groups: bool
-    """Needs several rollouts of each task seed (a group baseline)."""
+
+    @property
+    def needs(self) -> AlgorithmNeeds:
+        return ALGORITHM_NEEDS[self.name]
+
+    @property
+    def critic(self) -> str | None:
+        """`centralized` (reads the global state), `decentralized` (reads the agent's own view) or None."""
+        return self.needs.critic
+
+    @property
+    def needs_groups(self) -> bool:
+        """Needs several rollouts of each task seed (a group baseline)."""
+        return self.needs.needs_groups
 
     @property
     def centralized_critic(self) -> bool:
-        return self.critic == "centralized"
+        return self.needs.centralized_critic
 
     def advantages(self, batch: RolloutBatch, critic: Any, gamma: float, lam: float,
                    role_of: Callable[[str], str], baseline: RunningBaseline | None = None) -> Advantages:
@@ -48,13 +59,11 @@ class Algorithm:
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "mappo": Algorithm("mappo", "PPO-clip, centralized critic on the global state + agent id, per-turn GAE",
-                       critic="centralized", needs_groups=False),
-    "ippo": Algorithm("ippo", "PPO-clip, independent critic on the agent's own observations, per-turn GAE",
-                      critic="decentralized", needs_groups=False),
-    "grpo": Algorithm("grpo", "critic-free PPO-clip, group baseline over rollouts of the same seed per agent",
-                      critic=None, needs_groups=True),
+    "mappo": Algorithm("mappo", "PPO-clip, centralized critic on the global state + agent id, per-turn GAE"),
+    "ippo": Algorithm("ippo", "PPO-clip, independent critic on the agent's own observations, per-turn GAE"),
+    "grpo": Algorithm("grpo", "critic-free PPO-clip, group baseline over rollouts of the same seed per agent"),
 }
+"""One entry per name of `marl.config.choices.Algo` (a test holds the two equal)."""
 
 
 def get(name: str) -> Algorithm:

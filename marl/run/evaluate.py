@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marl.rollout import RolloutBatch, RolloutWorker, summarize
+from marl.engine.rollout import RolloutBatch, RolloutWorker, summarize
 
 
 def evaluate(

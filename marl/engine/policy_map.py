@@ -9,7 +9,7 @@ Modes (`--policy-mapping`):
 
 `PolicyMap` looks like a single policy to the rollout worker: `generate` takes every live row of a
 turn, splits the rows by policy, makes one batched call per policy and puts the results back in
-row order. Each policy keeps its own optimizer, reference and metrics (see `marl.train`). Left out:
+row order. Each policy keeps its own optimizer, reference and metrics (see `marl.run.train`). Left out:
 growing the team under `agent` mapping (a new agent id has no model; the curriculum will decide
 whether it clones one).
 """
@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from marl.config.choices import PolicyMapping, options
 from policies.turn_cache import TurnCache
 
-MAPPING_MODES = ("shared", "team", "agent")
+MAPPING_MODES = options(PolicyMapping)
 SHARED = "shared"
 
 
@@ -34,9 +35,9 @@ def policy_id(mode: str, env: Any, agent: str, kind: str) -> str:
     if mode == "agent":
         return agent
     if mode == "team":
-        team_of = getattr(env, "team_of", None)
-        if callable(team_of):
-            return f"team_{team_of(agent)}"
+        team = env.team_of(agent)  # declared by every scenario: "" where it has no teams
+        if team:
+            return f"team_{team}"
         return agent if kind == "competitive" else "team"
     raise ValueError(f"policy mapping {mode!r} is unknown; choose one of {MAPPING_MODES}")
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marl.rollout import HARNESS_FAULTS, Episode, RolloutBatch
+from marl.engine.rollout import HARNESS_FAULTS, Episode, RolloutBatch
 
 TERMINAL_REASONS = frozenset({"success", "failure"})
 

@@ -11,14 +11,13 @@ import argparse
 import json
 import signal
 import sys
-from dataclasses import dataclass
 
 import tyro
 
-from marl.checkpoint import CheckpointError
-from marl.config import ConfigError, TrainConfig
-from marl.config_files import load_yaml
-from marl.errors import NonFiniteError
+from marl.config import CompareConfig, ConfigError, EvalConfig, TrainConfig
+from marl.config.files import load_yaml
+from marl.engine.errors import NonFiniteError
+from marl.run.checkpoint import CheckpointError
 
 USAGE = """usage: marl {scenarios,train,eval,compare} [--help]
 
@@ -27,58 +26,6 @@ USAGE = """usage: marl {scenarios,train,eval,compare} [--help]
   eval        evaluate a checkpoint (or a baseline) on held-out seeds; prints one JSON line
   compare     table of the runs of an MLflow experiment
 """
-
-
-@dataclass
-class EvalArgs:
-    """`marl eval`: held-out evaluation of a checkpoint or a baseline policy."""
-
-    checkpoint: str | None = None
-    """Checkpoint folder printed by `marl train` (needed unless --policy is a baseline)."""
-    policy: str = "checkpoint"
-    """`checkpoint`, or a baseline: `expert` (scripted), `random` (uniform valid action), `untrained` (random-init LLM)."""
-    scenario: str | None = None
-    """Scenario name (default: the checkpoint's, else tool_use)."""
-    split: str = "basic"
-    """Evaluation split (held-out seeds)."""
-    episodes: int = 200
-    """Episodes to play (the split's first N held-out seeds)."""
-    seed: int = 0
-    """Sampling seed (only used with --no-greedy) and seed of the untrained model."""
-    agents: int | None = None
-    """Agent count (default: the checkpoint's, else 1)."""
-    greedy: bool = True
-    """Greedy decoding (sampled at the policy temperature otherwise)."""
-    comms_topology: str | None = None
-    """Observation sharing during evaluation (default: the checkpoint's; `none` turns it off)."""
-    comms_drop: float | None = None
-    """Message drop probability during evaluation (default: the checkpoint's)."""
-    comms_delay: int | None = None
-    """Message delay in steps during evaluation (default: the checkpoint's)."""
-    comms_noise: float | None = None
-    """Per-character corruption probability during evaluation (default: the checkpoint's)."""
-    scripted_team: str | None = None
-    """A team the scripted expert plays while the policy plays the rest (e.g. `prey`: trained predators against expert prey)."""
-    transcripts: str | None = None
-    """Also write every played agent-episode (seed, agent, outcome, return, transcript) to this JSON-lines file."""
-    model: str = "tiny-moe"
-    """Model preset for `--policy untrained`."""
-    output_dir: str = "runs"
-    """Folder of the tokenizer cache for `--policy untrained`."""
-
-
-@dataclass
-class CompareArgs:
-    """`marl compare`: the runs of an experiment side by side."""
-
-    experiment: str = "marl"
-    """MLflow experiment name."""
-    tracking_uri: str = "sqlite:///mlflow.db"
-    """MLflow tracking URI."""
-    metrics: tuple[str, ...] = ("eval/basic/success_rate", "eval/hard/success_rate", "eval/adversarial/success_rate")
-    """Metrics to show (last value of each run)."""
-    max_runs: int = 50
-    """Most recent runs to list."""
 
 
 def _scenarios() -> int:
@@ -102,24 +49,24 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
 
 def _train(argv: list[str]) -> int:
     cfg = parse_train_args(argv)
-    from marl.train import train
+    from marl.run.train import train
 
     train(cfg)
     return 0
 
 
 def _eval(argv: list[str]) -> int:
-    from marl.evaluation_cli import run_eval
+    from marl.cli.eval import run_eval
 
-    args = tyro.cli(EvalArgs, args=argv, prog="marl eval")
+    args = tyro.cli(EvalConfig, args=argv, prog="marl eval")
     print(json.dumps(run_eval(args), sort_keys=True))
     return 0
 
 
 def _compare(argv: list[str]) -> int:
-    from marl.compare import compare_table
+    from marl.cli.compare import compare_table
 
-    args = tyro.cli(CompareArgs, args=argv, prog="marl compare")
+    args = tyro.cli(CompareConfig, args=argv, prog="marl compare")
     print(compare_table(args.tracking_uri, args.experiment, list(args.metrics), args.max_runs))
     return 0
 

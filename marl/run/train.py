@@ -7,37 +7,39 @@ advantages, learner, SFT, tracking, checkpoint) live in their own modules.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import random
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 import comms
 import scenarios
-from marl import algorithms
-from marl.advantages import RunningBaseline
-from marl.checkpoint import save_checkpoint
 from marl.config import TrainConfig
-from marl.config_files import flatten
-from marl.critic import Critic, build_critic_model
-from marl.evaluate import evaluate, transcript_text
-from marl.learner import Learner, subset
-from marl.policy_map import PolicyMap, policy_id, policy_ids, single
-from marl.rollout import SCRIPTED, RolloutWorker, summarize
-from marl.sft import conversations, demonstration_episodes, imitable, perturbed_fraction, run_sft
-from marl.tracking import Tracker
+from marl.config.files import flatten
+from marl.engine import algorithms
+from marl.engine.advantages import RunningBaseline
+from marl.engine.learner import Learner, subset
+from marl.engine.policy_map import PolicyMap, policy_id
+from marl.engine.rollout import SCRIPTED, RolloutWorker, summarize
+from marl.run.build import (
+    build_critic,
+    build_policy,
+    build_policy_map,
+    frozen_reference,
+    seed_everything,
+    train_env_factory,
+    train_seeds,
+)
+from marl.run.checkpoint import CheckpointMeta, TokenizerInfo, package_versions, save_checkpoint
+from marl.run.evaluate import evaluate, transcript_text
+from marl.run.sft import conversations, demonstration_episodes, imitable, perturbed_fraction, run_sft
+from marl.run.tracking import Tracker
 from policies.chat import ChatFormat
-from policies.llm_policy import LLMPolicy
-from policies.presets import build_model, count_parameters
-from policies.tokenizer import load_or_train_tokenizer
+from policies.presets import count_parameters
 
 
 @dataclass
@@ -50,31 +52,18 @@ class TrainResult:
     eval: dict[str, float]
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
-def make_env_factory(cfg: TrainConfig, split: str) -> Any:
-    make = partial(scenarios.make, cfg.scenario, n_agents=cfg.agents, split=split, **cfg.scenario_options)
-    if cfg.comms.topology == "none":
-        return make
-    return partial(shared_env, make, cfg.comms.topology, cfg.comms_channel())
 
 
-def shared_env(make: Any, topology: str, channel: Any) -> Any:
-    # A top-level function (not a lambda) so the factory pickles, as rollout workers may need.
-    return comms.wrap(make(), topology=topology, channel=channel)
 
 
 def comms_metrics(worker: RolloutWorker) -> dict[str, float]:
     """Message statistics summed over the worker's envs (cumulative counts; empty without comms)."""
     totals: dict[str, float] = {}
     for env in worker.envs:
-        stats = getattr(env, "stats", None)
-        if callable(stats):
-            for k, v in stats().items():
+        if isinstance(env, comms.CommsWrapper):
+            for k, v in env.stats().items():
                 totals[k] = totals.get(k, 0.0) + float(v)
     if totals.get("comms/sent"):
         totals["comms/drop_rate"] = totals.get("comms/dropped", 0.0) / totals["comms/sent"]
@@ -92,49 +81,19 @@ def log_topology(cfg: TrainConfig, tr: Tracker, make_env: Any, out_dir: Path) ->
     tr.set_tags({"comms.topology": cfg.comms.topology})
 
 
-def train_seeds(rng: np.random.Generator, n: int) -> list[int]:
-    """Task seeds from the training range only (evaluation seeds lie outside it)."""
-    return [int(s) for s in rng.integers(0, scenarios.TRAIN_SEED_LIMIT, size=n)]
 
 
-def resolve_device(name: str) -> torch.device:
-    """`auto` picks cuda when available; anything else is taken as given."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
-def build_policy(cfg: TrainConfig, make_env: Any, out_dir: Path, rng: np.random.Generator) -> tuple[Any, Any, Any]:
-    """Offline tokenizer (cached), random-init model from the preset, and the policy around them."""
-    probe = make_env()
-    corpus_seeds = train_seeds(rng, cfg.policy.tokenizer_episodes)
-
-    def corpus() -> list[str]:
-        worker = RolloutWorker(make_env, policy=None, chat=None)
-        texts = []
-        for ep in demonstration_episodes(worker, corpus_seeds):
-            texts.extend(text for _, text in ep.transcript)
-        return texts
-
-    tokenizer = load_or_train_tokenizer(out_dir / "tokenizers", corpus, probe.entity_vocabulary(), cfg.policy.vocab_size)
-    model = build_model(cfg.policy.model, vocab_size=len(tokenizer), seed=cfg.seed,
-                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id)
-    if hasattr(model.config, "router_aux_loss_coef"):
-        model.config.router_aux_loss_coef = cfg.policy.router_aux_loss_coef
-    model.to(resolve_device(cfg.policy.device))
-    policy = LLMPolicy(model, tokenizer, constrained=cfg.policy.constrained, temperature=cfg.policy.temperature,
-                       max_new_tokens=cfg.policy.max_new_tokens)
-    return tokenizer, model, policy
 
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag."""
-    cfg.validate()
+    cfg = cfg.validate().resolved()
     seed_everything(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     out_root = Path(cfg.output_dir)
-    make_env = make_env_factory(cfg, cfg.train_split)
+    make_env = train_env_factory(cfg, cfg.train_split)
     run_name = cfg.tracking.run_name or f"{cfg.scenario}-{cfg.policy.model}-s{cfg.seed}"
     with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location) as tr:
         tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
@@ -151,7 +110,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         if cfg.sft.seconds > 0:
             demos = _warm_start(cfg, tr, worker, chat, model, tokenizer, rng)
         # Every policy of a mapping starts from the same warm start, then each learns on its own agents.
-        policies = build_policy_map(cfg, policy, make_env)
+        policies = build_policy_map(cfg.policy_mapping, cfg.scenario, policy, make_env)
         worker.policies = policies
         last_iteration, critics = 0, {}
         if cfg.iterations > 0 and cfg.rl.seconds > 0:
@@ -161,12 +120,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         ids = list(policies.policies)
-        meta = {"scenario": cfg.scenario, "agents": cfg.agents, "run_id": tr.run_id, "seed": cfg.seed,
-                "iteration": last_iteration, "scenario_options": cfg.scenario_options,
-                "comms": dataclasses.asdict(cfg.comms), "algo": cfg.algo,
-                "policy_mapping": cfg.policy_mapping, "policies": ids,
-                "policy": flatten(cfg.policy), "constrained": cfg.policy.constrained,
-                "max_new_tokens": cfg.policy.max_new_tokens, "temperature": cfg.policy.temperature}
+        meta = checkpoint_meta(cfg, tokenizer, tuple(ids), tr.run_id, last_iteration)
         save_checkpoint(ckpt_dir, policies[ids[0]].model, tokenizer, meta,
                         extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
@@ -175,6 +129,20 @@ def train(cfg: TrainConfig) -> TrainResult:
     print(f"checkpoint: {ckpt_dir}")
     print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
     return TrainResult(tr.run_id, ckpt_dir, cfg.tracking.tracking_uri, final)
+
+
+def checkpoint_meta(cfg: TrainConfig, tokenizer: Any, policies: tuple[str, ...], run_id: str,
+                    iteration: int) -> CheckpointMeta:
+    """The metadata record of a resolved training config's checkpoint."""
+    entities = len(scenarios.make(cfg.scenario, n_agents=cfg.agents, **cfg.scenario_options).entity_vocabulary())
+    return CheckpointMeta(
+        scenario=cfg.scenario, agents=cfg.agents, model=cfg.policy.model,
+        tokenizer=TokenizerInfo("offline-bpe", len(tokenizer), merges_budget=cfg.policy.vocab_size, entities=entities),
+        policy_mapping=cfg.policy_mapping, policies=policies, algo=cfg.algo,
+        critic_view=cfg.critic.state_view if algorithms.get(cfg.algo).critic is not None else None,
+        constrained=cfg.policy.constrained, temperature=cfg.policy.temperature,
+        max_new_tokens=cfg.policy.max_new_tokens, run_id=run_id, seed=cfg.seed, iteration=iteration,
+        scenario_options=dict(cfg.scenario_options), comms=dataclasses.asdict(cfg.comms), versions=package_versions())
 
 
 def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any, model: Any, tokenizer: Any,
@@ -214,18 +182,6 @@ def demos_for(demos: dict[str, list[Any]] | None, owner: dict[str, str], pid: st
     return {key: [demos[key][i] for i in keep] for key in ("input_ids", "assistant_masks")}
 
 
-def build_policy_map(cfg: TrainConfig, policy: Any, make_env: Any) -> PolicyMap:
-    """The policies of `cfg.policy_mapping`: the warm-started policy, copied once per further id."""
-    if cfg.policy_mapping == "shared":
-        return single(policy)
-    kind = scenarios.info(cfg.scenario).kind
-    ids = policy_ids(cfg.policy_mapping, make_env(), kind)
-    models = {ids[0]: policy}
-    for pid in ids[1:]:
-        models[pid] = LLMPolicy(copy.deepcopy(policy.model), policy.tokenizer, constrained=policy.constrained,
-                                temperature=policy.temperature, max_new_tokens=policy.max_new_tokens)
-    mode = cfg.policy_mapping
-    return PolicyMap(models, partial(policy_id, mode, kind=kind))
 
 
 def role_function(cfg: TrainConfig, make_env: Any) -> Any:
@@ -242,34 +198,18 @@ def _identity(agent: str) -> str:
     return agent
 
 
-def frozen_reference(policy: Any) -> Any:
-    """A frozen copy of `policy` (the KL anchor)."""
-    reference_model = copy.deepcopy(policy.model).eval()
-    for p in reference_model.parameters():
-        p.requires_grad_(False)
-    return LLMPolicy(reference_model, policy.tokenizer, constrained=policy.constrained,
-                     temperature=policy.temperature, max_new_tokens=policy.max_new_tokens)
 
 
 def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any, make_env: Any) -> dict[str, Learner]:
     """One learner per policy, each with its own optimizer, reference, KL controller, critic and demonstrations."""
-    algo = algorithms.get(cfg.algo)
     probe = make_env()
     probe.reset(seed=0)
     owner = {agent: policies.policy_of(probe, agent) for agent in probe.possible_agents}
     learners = {}
     for k, (pid, policy) in enumerate(policies.policies.items()):
-        critic = None
-        if algo.critic is not None:
-            tok = policy.tokenizer
-            view = None if cfg.critic.state_view == "global" else cfg.critic.state_view
-            model = build_critic_model(cfg.critic.model, view, len(tok), tok.pad_token_id, seed=cfg.seed + k)
-            model.to(policy.device)
-            critic = Critic(model, tok, chat, algo.centralized_critic, cfg.critic.learning_rate, cfg.rl.max_grad_norm,
-                            bootstrap_truncations=cfg.rl.bootstrap_truncations, state_view=view,
-                            minibatches=cfg.critic.minibatches)
         learners[pid] = Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
-                                seed=cfg.seed + k, critic=critic, demonstrations=demos_for(demos, owner, pid))
+                                seed=cfg.seed + k, critic=build_critic(cfg, policy, chat, seed=cfg.seed + k),
+                                demonstrations=demos_for(demos, owner, pid))
     return learners
 
 
@@ -335,7 +275,7 @@ def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int
     if cfg.eval_episodes <= 0:
         return final
     for split in cfg.eval_splits:
-        make_env = make_env_factory(cfg, split)
+        make_env = train_env_factory(cfg, split)
         worker = RolloutWorker(make_env, policy, chat)
         seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
         figures, batch = evaluate(worker, seeds, greedy=True)

@@ -3,9 +3,8 @@
 - Centralized (`mappo`): before each of an agent's turns the critic reads the scenario's global
   `state()` at that moment plus the agent's id. Every agent that acts on one state shares one
   sequence: the state text, then `agent <id>` per reader (sorted), and each agent's value is read at
-  the end of its own id. One forward per env step instead of one per agent (an `info_split` team of
-  3 spent 17.6 s an iteration in the critic the per-agent way, against 1.3 s for `grpo`'s whole
-  update). Any number of agents fits (the state is text, never a fixed-order concatenation of
+  the end of its own id. One forward per env step instead of one per agent (the per-agent way made
+  the critic the slowest part of an iteration). Any number of agents fits (the state is text, never a fixed-order concatenation of
   per-agent vectors). The readers of a state are taken from the whole batch, so a minibatch reads
   the same sequence the advantages were computed from.
 - Agent-specific (`mappo` with a `state_view`, see `STATE_VIEWS`): the state rewritten per reader
@@ -15,7 +14,7 @@
   agent's own conversation (as `ippo`'s), one the shared global-state sequence (as plain
   `mappo`'s). The state's part starts at 0, so the critic starts as `ippo`'s and learns from the
   state only what the conversation leaves unexplained; each input stays as short as on its own
-  (`with_own` puts both in one sequence: 14-18 times `own`'s time per epoch on `info_split` N=4).
+  (`with_own` puts both in one sequence, many times longer than either).
 - Decentralized (`ippo`): the critic reads the agent's own conversation, exactly the token ids
   the policy saw; one forward over the episode gives the value before every turn.
 
@@ -40,8 +39,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl.advantages import bootstrap_needed
-from marl.rollout import RolloutBatch
+from marl.config.choices import StateView, options
+from marl.engine.advantages import bootstrap_needed
+from marl.engine.rollout import RolloutBatch
 from policies.value_model import SummedValueModel, ValueModel, build_value_model
 
 
@@ -62,10 +62,10 @@ def _own_team(state: str, agent: str, agents: frozenset[str]) -> str:
 
 _VIEWS = {"own_last": _own_last, "own_team": _own_team}
 FUSED_VIEW = "own_and_state"
-STATE_VIEWS = (*_VIEWS, "with_own", FUSED_VIEW)
+STATE_VIEWS = tuple(v for v in options(StateView) if v != "global")
 """Agent-specific global states (MAPPO's): `own_last` and `own_team` rewrite the state per reader;
 `with_own` reads the agent's own conversation with the `own_team` view of the state inserted before
-each of its turns (the whole state every turn would not fit: 16 turns of `info_split` made 4,383 tokens);
+each of its turns (the whole state at every turn would not fit a critic's context);
 `own_and_state` adds the values of two trunks, one on the own conversation, one on the global state."""
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marl.config import WarmStartConfig
-from marl.rollout import Episode, RolloutWorker, expert_actor
+from marl.engine.rollout import Episode, RolloutWorker, expert_actor
 from policies.random_policy import RandomPolicy
 
 
@@ -190,7 +190,7 @@ def run_sft(
             weight_decay=0.0,
             # Recomputing activations saves memory a tiny model does not need and costs ~40% of a step.
             activation_checkpointing=False,
-            # Conversations range from ~90 to ~300 tokens: batching similar lengths cuts padding work.
+            # Conversations vary in length several-fold: batching similar lengths cuts padding work.
             train_sampling_strategy="group_by_length",
         )
         trainer = PlainLossSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,

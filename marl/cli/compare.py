@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mlflow.tracking import MlflowClient
 
-from marl.config import ConfigError
+from marl.config.checks import ConfigError
 
 
 def compare_table(tracking_uri: str, experiment: str, metrics: list[str], max_runs: int = 50) -> str:

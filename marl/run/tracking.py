@@ -1,6 +1,6 @@
 """MLflow tracking of one run: params, batched metrics, transcripts and checkpoints as artifacts.
 
-Metrics of a step go in one `log_batch` call (one by one is 50x slower into sqlite). The run is
+Metrics of a step go in one `log_batch` call (one call per metric is far slower into sqlite). The run is
 ended FINISHED on success, FAILED on an exception and KILLED on Ctrl-C or SIGTERM, so nothing logged
 before a crash is lost and no run is left RUNNING.
 A new experiment gets a pinned artifact location, so artifacts never land wherever the current

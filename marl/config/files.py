@@ -2,7 +2,7 @@
 
 YAML is read with `safe_load` only and every key is checked against the dataclass fields, so a typo
 fails at startup with the valid keys listed; nothing is ever imported by a dotted path from a config.
-Validation of values stays with the dataclasses (`TrainConfig.validate`).
+Validation of values stays with the dataclasses (each checks itself when built).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from marl.config import ConfigError, TrainConfig
+from marl.config.checks import ConfigError
+from marl.config.train import TrainConfig
 
 
 def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:

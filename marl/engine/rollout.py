@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from marl.policy_map import PolicyMap, single
+from marl.engine.policy_map import PolicyMap, single
 from scenarios.base import HARNESS_FAULTS  # endings that are never the agent's doing
 
 __all__ = ["HARNESS_FAULTS", "SCRIPTED", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor",
@@ -70,7 +70,7 @@ class Episode:
     reason: str = ""
     transcript: list[tuple[str, str]] = field(default_factory=list)
     policy: str = "shared"
-    """Id of the policy that acted for this agent (see `marl.policy_map`)."""
+    """Id of the policy that acted for this agent (see `marl.engine.policy_map`)."""
     final_observation: str | None = None
     """The observation the agent was left with after its last turn (a truncated episode's bootstrap)."""
     final_state: str | None = None
@@ -79,6 +79,8 @@ class Episode:
     """Index of the environment within its collection: the agent-episodes of one team share it."""
     team: str = ""
     """The agent's team where the scenario has teams (its `team_of`), else empty."""
+    stats: dict[str, float] = field(default_factory=dict)
+    """The scenario's `episode_stats(agent)` when the agent's episode ended (empty where it measures none)."""
 
 
 @dataclass
@@ -224,6 +226,7 @@ class RolloutWorker:
                         ep.final_observation = final["text"] if isinstance(final, dict) else None
                         if record_state:
                             ep.final_state = envs[i].state()
+                        ep.stats = {k: float(v) for k, v in envs[i].episode_stats(agent).items()}
                         continue
                     text_obs = obs[agent]["text"]
                     ep.transcript.append(("observation", text_obs))
@@ -239,9 +242,8 @@ class RolloutWorker:
 
 
 def team_name(env: Any, agent: str) -> str:
-    """`env.team_of(agent)` where the scenario has teams (predator_prey), else ""."""
-    team_of = getattr(env, "team_of", None)
-    return str(team_of(agent)) if callable(team_of) else ""
+    """The scenario's declared `team_of(agent)`: the agent's team, "" where the scenario has no teams."""
+    return str(env.team_of(agent))
 
 
 def outcome_rates(eps: Sequence[Episode], prefix: str) -> dict[str, float]:
@@ -261,7 +263,8 @@ def summarize(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:
     (invalid actions); `return_mean` is the mean per-agent episode return; `agent/<id>/return` is that
     agent's mean return over the batch. Where agents belong to several teams (predator_prey), the
     mixed figures mean little, so each team's success, return and truncation (for prey: survival)
-    rates come too, as `<prefix>/team/<team>/...`.
+    rates come too, as `<prefix>/team/<team>/...`. A scenario's own per-episode figures
+    (`episode_stats`) come as `<prefix>/stats/<name>`, the mean over the agent-episodes that report it.
     """
     eps = batch.episodes
     n = max(len(eps), 1)
@@ -273,6 +276,9 @@ def summarize(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:
         f"{prefix}/harness_fault_rate": sum(e.reason in HARNESS_FAULTS for e in eps) / n,
         f"{prefix}/turns_per_episode": len(batch.turns) / n,
     })
+    for name in sorted({k for e in eps for k in e.stats}):  # a scenario's own per-episode figures
+        values = [e.stats[name] for e in eps if name in e.stats]
+        out[f"{prefix}/stats/{name}"] = float(np.mean(values))
     teams = sorted({e.team for e in eps if e.team})
     if len(teams) > 1:
         for team in teams:

@@ -1,0 +1,26 @@
+"""Configuration: typed dataclasses (the one source of every default), self-validation, YAML in, flat params out.
+
+- `choices`: the closed sets of choices as `Literal` types, and what each algorithm needs.
+- `checks`: `ConfigError` and the checks every section uses.
+- `sections`: policy, warm start, RL, critic, comms, tracking.
+- `train`: `TrainConfig`, and the checks that span sections.
+- `commands`: the configs of `marl eval` and `marl compare`.
+- `files`: YAML into configs (`safe_load` only), configs into flat MLflow params.
+
+It leaves out building anything from a config (`marl.run.build`) and the command line (`marl.cli`).
+"""
+
+from marl.config.checks import ConfigError
+from marl.config.commands import CompareConfig, EvalConfig
+from marl.config.sections import (
+           CommsConfig,
+           CriticConfig,
+           PolicyConfig,
+           RLConfig,
+           TrackingConfig,
+           WarmStartConfig,
+)
+from marl.config.train import TrainConfig
+
+__all__ = ["CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "EvalConfig", "PolicyConfig", "RLConfig",
+           "TrackingConfig", "TrainConfig", "WarmStartConfig"]

@@ -1,0 +1,98 @@
+"""The configs of `marl eval` and `marl compare`: fields with defaults and docstrings, checked when built.
+
+Defaults that `marl train` also has (the model preset, the output folder, the tracking store) are
+read from `marl train`'s own fields, so each default lives in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from marl.config.checks import one_of, positive, require, within
+from marl.config.choices import EvalPolicy, options
+from marl.config.sections import PolicyConfig, TrackingConfig
+from marl.config.train import TrainConfig
+
+
+@dataclass
+class EvalConfig:
+    """`marl eval`: held-out evaluation of a checkpoint or a baseline policy."""
+
+    checkpoint: str | None = None
+    """Checkpoint folder printed by `marl train` (needed unless --policy is a baseline)."""
+    policy: EvalPolicy = "checkpoint"
+    """`checkpoint`, or a baseline: `expert` (scripted), `random` (uniform valid action), `untrained` (random-init LLM)."""
+    scenario: str | None = None
+    """Scenario name (default: the checkpoint's, else tool_use)."""
+    other_scenario: bool = False
+    """Evaluate a checkpoint on a scenario other than the one it was trained on (its tokenizer may split that scenario's entities)."""
+    split: str = "basic"
+    """Evaluation split (held-out seeds)."""
+    episodes: int = 200
+    """Episodes to play (the split's first N held-out seeds)."""
+    seed: int = 0
+    """Sampling seed (only used with --no-greedy) and seed of the untrained model."""
+    agents: int | None = None
+    """Agent count (default: the checkpoint's, else the scenario's smallest)."""
+    greedy: bool = True
+    """Greedy decoding (sampled at the policy temperature otherwise)."""
+    comms_topology: str | None = None
+    """Observation sharing during evaluation (default: the checkpoint's; `none` turns it off)."""
+    comms_drop: float | None = None
+    """Message drop probability during evaluation (default: the checkpoint's)."""
+    comms_delay: int | None = None
+    """Message delay in steps during evaluation (default: the checkpoint's)."""
+    comms_noise: float | None = None
+    """Per-character corruption probability during evaluation (default: the checkpoint's)."""
+    scripted_team: str | None = None
+    """A team the scripted expert plays while the policy plays the rest (e.g. `prey`: trained predators against expert prey)."""
+    transcripts: str | None = None
+    """Also write every played agent-episode (seed, agent, outcome, return, transcript) to this JSON-lines file."""
+    model: str = PolicyConfig.model
+    """Model preset for `--policy untrained`."""
+    output_dir: str = TrainConfig.output_dir
+    """Folder of the tokenizer cache for `--policy untrained`."""
+    device: str = PolicyConfig.device
+    """Torch device of the evaluated policy: `auto` (cuda when available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> EvalConfig:
+        """Check the flags that need no scenario; raise ConfigError naming the flag and the fix."""
+        require(self.episodes > 0, "--episodes must be > 0")
+        one_of("--policy", self.policy, options(EvalPolicy))
+        require(self.policy != "checkpoint" or bool(self.checkpoint),
+                "pass --checkpoint PATH (printed by `marl train`) or a baseline with --policy")
+        require(self.agents is None or self.agents > 0, f"--agents {self.agents} must be > 0")
+        for name in ("comms_drop", "comms_noise"):
+            value = getattr(self, name)
+            if value is not None:
+                within(f"--{name.replace('_', '-')}", value, 0.0, 1.0)
+        if self.comms_delay is not None:
+            positive("--comms-delay", self.comms_delay, allow_zero=True)
+        PolicyConfig(model=self.model, device=self.device)  # the same checks as training's
+        return self
+
+
+@dataclass
+class CompareConfig:
+    """`marl compare`: the runs of an experiment side by side."""
+
+    experiment: str = TrackingConfig.experiment
+    """MLflow experiment name."""
+    tracking_uri: str = TrackingConfig.tracking_uri
+    """MLflow tracking URI."""
+    metrics: tuple[str, ...] = ("eval/basic/success_rate", "eval/hard/success_rate", "eval/adversarial/success_rate")
+    """Metrics to show (last value of each run)."""
+    max_runs: int = 50
+    """Most recent runs to list."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> CompareConfig:
+        """Check the flags; raise ConfigError naming the flag and the fix."""
+        positive("--max-runs", self.max_runs)
+        require(bool(self.metrics), "--metrics needs at least one metric name")
+        return self

@@ -1,0 +1,141 @@
+"""`TrainConfig`: the whole configuration of a training run, and the checks that span its sections.
+
+The single source of truth for every default is a dataclass field with a one-line docstring; tyro
+turns these dataclasses into the `marl train` CLI whose help text is those docstrings. A config checks
+itself when it is built (`__post_init__`) and again on `validate()` (after fields were changed in
+Python), raising `ConfigError` with a message that says which field to change; checking never
+changes a field. The two fields whose default depends on the scenario (`agents`, `eval_splits`) stay
+None until `resolved()` returns a copy with them filled in. YAML files are read into the same
+dataclasses by `marl.config.files`. Left out: curriculum settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import tyro
+
+from marl.config.checks import ConfigError, one_of, positive, require
+from marl.config.choices import ALGORITHM_NEEDS, Algo, PolicyMapping, options
+from marl.config.sections import (
+    CommsConfig,
+    CriticConfig,
+    PolicyConfig,
+    RLConfig,
+    TrackingConfig,
+    WarmStartConfig,
+)
+
+
+@dataclass
+class TrainConfig:
+    """`marl train`: warm start by SFT, then on-policy RL, tracked in MLflow."""
+
+    scenario: str = "tool_use"
+    """Scenario name (see `marl scenarios`)."""
+    agents: int | None = None
+    """Number of agents in the scenario (default: the smallest count it supports)."""
+    iterations: int = 200
+    """RL iterations (collect a batch, update once); the RL wall-clock budget may stop earlier."""
+    seed: int = 0
+    """Seed of models, sampling and training task draws."""
+    algo: Algo = "grpo"
+    """RL algorithm: `grpo` (critic-free group baseline), `mappo` (centralized critic), `ippo` (independent critic)."""
+    policy_mapping: PolicyMapping = "shared"
+    """Which agents share a model: `shared` (one model, agent id in the prompt), `team` (one per team), `agent`."""
+    train_split: str = "train"
+    """Scenario split that training tasks come from."""
+    eval_episodes: int = 100
+    """Held-out episodes per evaluation split at the end of training (0 skips)."""
+    eval_sampled: bool = False
+    """Also evaluate with sampling at the policy temperature (`eval_sampled/<split>/...`): sturdier than greedy for comparing runs."""
+    eval_splits: tuple[str, ...] | None = None
+    """Evaluation splits at the end of training (default: every split of the scenario but `train_split`)."""
+    output_dir: str = "runs"
+    """Folder for checkpoints and the tokenizer cache."""
+    config: str | None = None
+    """Optional YAML file with the same fields; command-line flags override it."""
+    # No flag: tyro cannot parse `dict[str, Any]` from the command line; YAML is the one way to set it.
+    scenario_options: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
+    """Extra scenario options passed to `scenarios.make` (YAML only, e.g. `train_mix: [1, 0, 0]`)."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The LLM MoE policy and its tokenizer."""
+    sft: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """Supervised fine-tuning on scripted-expert demonstrations before RL."""
+    rl: RLConfig = field(default_factory=RLConfig)
+    """On-policy RL: PPO-clip on the agent's own tokens; the advantages come from `algo`."""
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """The value model of critic-based algorithms (`mappo`, `ippo`); unused by `grpo`."""
+    comms: CommsConfig = field(default_factory=CommsConfig)
+    """Who shares observations with whom during rollouts; `none` leaves the scenario as is."""
+    tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
+    """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def resolved(self) -> TrainConfig:
+        """A copy with the scenario-dependent defaults filled in: `agents` and `eval_splits`."""
+        import scenarios
+
+        info = scenarios.info(self.scenario)
+        agents = info.agent_range[0] if self.agents is None else self.agents
+        splits = self.eval_splits
+        if splits is None:
+            splits = tuple(s for s in info.splits if s != self.train_split)
+        return dataclasses.replace(self, agents=agents, eval_splits=splits)
+
+    def validate(self) -> TrainConfig:
+        """Check every field and every section; raise ConfigError naming the field and the fix."""
+        for section in (self.policy, self.sft, self.rl, self.critic, self.comms, self.tracking):
+            section.validate()
+        self._check_scenario()
+        one_of("algo", self.algo, options(Algo))
+        one_of("policy_mapping", self.policy_mapping, options(PolicyMapping))
+        positive("iterations", self.iterations, allow_zero=True)
+        positive("eval_episodes", self.eval_episodes, allow_zero=True)
+        self._check_algorithm()
+        return self
+
+    def _check_scenario(self) -> None:
+        import scenarios
+
+        one_of("scenario", self.scenario, tuple(scenarios.names()))
+        info = scenarios.info(self.scenario)
+        low, high = info.agent_range
+        agents = low if self.agents is None else self.agents
+        require(isinstance(agents, int) and low <= agents <= high,
+                f"agents={self.agents} is outside {self.scenario}'s range [{low}, {high}]")
+        for split in (self.train_split, *(self.eval_splits or ())):
+            require(split in info.splits, f"split {split!r} is not a split of {self.scenario}; "
+                    f"choose from {list(info.splits)}")
+        require("split" not in self.scenario_options, "scenario_options must not set 'split'; use train_split / "
+                "eval_splits")
+        try:
+            scenarios.make(self.scenario, n_agents=agents, **self.scenario_options)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"scenario_options for {self.scenario}: {err}") from err
+
+    def _check_algorithm(self) -> None:
+        needs, rl, critic = ALGORITHM_NEEDS[self.algo], self.rl, self.critic
+        require(not (needs.needs_groups and rl.baseline == "group" and rl.group_size < 2),
+                f"rl.group_size={rl.group_size}: a group baseline needs at least 2 rollouts per seed "
+                "(or use rl.baseline running, or a critic-based algo)")
+        require(not (rl.ptx_coef > 0 and self.sft.episodes <= 0),
+                "rl.ptx_coef > 0 trains on demonstrations: set sft.episodes > 0")
+        has_critic = needs.critic is not None
+        require(not (has_critic and rl.value_coef == 0),
+                f"algo={self.algo} has a critic; rl.value_coef=0 would never train it (use > 0)")
+        require(not (has_critic and rl.baseline != "group"),
+                f"rl.baseline={rl.baseline!r} is for critic-free algos; {self.algo} uses its critic")
+        require(not (critic.warmup_iterations > 0 and not has_critic),
+                f"critic.warmup_iterations={critic.warmup_iterations} warms a critic, and algo={self.algo} has "
+                "none: use mappo or ippo, or set it to 0")
+        require(not (critic.warmup_iterations >= self.iterations > 0),
+                f"critic.warmup_iterations={critic.warmup_iterations} leaves no policy update in "
+                f"iterations={self.iterations}: lower it or raise iterations")
+        require(critic.state_view == "global" or needs.centralized_critic,
+                f"critic.state_view={critic.state_view!r} shapes a centralized critic's input; algo={self.algo} "
+                "has none (use mappo, or leave it global)")

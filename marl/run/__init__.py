@@ -1,0 +1,11 @@
+"""The run around the engine: build the parts, warm start, train, evaluate, checkpoint, track in MLflow.
+
+- `build`: the one place that builds scenario, comms, tokenizer, policy, policy map and critic from a config.
+- `sft`: the warm start on scripted-expert demonstrations (TRL's SFTTrainer).
+- `train`: `train(cfg)`, the whole pipeline inside one MLflow run.
+- `evaluate`: held-out evaluation on a split's evaluation seeds.
+- `checkpoint`: folders of weights, tokenizer and a typed metadata record (`CheckpointMeta`).
+- `tracking`: one MLflow run: params, batched metrics, artifacts, its end status.
+
+It leaves out how a batch becomes an update (`marl.engine`) and parsing the command line (`marl.cli`).
+"""

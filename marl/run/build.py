@@ -1,0 +1,188 @@
+"""The one place that builds the parts of a run from a config: scenario, comms, policy, policy map, critic.
+
+`marl train`, `marl eval` and the benchmarks build every part through these functions, so a
+scenario is wrapped in comms, a tokenizer is trained (or read from its cache), a policy is built on
+a device and a critic is matched to its algorithm the same way everywhere. A checkpoint is loaded
+from its typed metadata record (`marl.run.checkpoint.CheckpointMeta`), never from a stand-in
+training config. It leaves out the training loop (`marl.run.train`) and what each part does once
+built (`marl.engine`).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import comms
+import scenarios
+from marl.config import CommsConfig, ConfigError, PolicyConfig, TrainConfig
+from marl.engine import algorithms
+from marl.engine.critic import Critic, build_critic_model
+from marl.engine.policy_map import PolicyMap, policy_id, policy_ids, single
+from marl.engine.rollout import RolloutWorker
+from marl.run.checkpoint import CheckpointMeta, read_meta
+from marl.run.sft import demonstration_episodes
+from policies.chat import ChatFormat
+from policies.llm_policy import LLMPolicy
+from policies.presets import build_model
+from policies.tokenizer import load_or_train_tokenizer
+
+EnvFactory = Callable[[], Any]
+
+OBSERVATION_CHARS = 2048
+"""Characters of shared text an agent's observation has room for, split evenly among the team
+when `comms.budget_chars` is 0 (a floor of `MIN_ITEM_CHARS` per item)."""
+MIN_ITEM_CHARS = 64
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's, numpy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks cuda when available; anything else is taken as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def train_seeds(rng: np.random.Generator, n: int) -> list[int]:
+    """Task seeds from the training range only (evaluation seeds lie outside it)."""
+    return [int(s) for s in rng.integers(0, scenarios.TRAIN_SEED_LIMIT, size=n)]
+
+
+# ----- scenario and comms -----
+def channel_config(sharing: CommsConfig, agents: int) -> Any:
+    """The `comms.ChannelConfig` of a comms section, its per-item budget resolved for the agent count."""
+    budget = sharing.budget_chars or max(MIN_ITEM_CHARS, OBSERVATION_CHARS // max(agents, 1))
+    try:
+        return comms.ChannelConfig(mode=sharing.mode, drop=sharing.drop, delay=sharing.delay, noise=sharing.noise,
+                                   budget_chars=budget, seed=sharing.seed, message_values=sharing.message_values)
+    except ValueError as err:
+        raise ConfigError(f"comms: {err}") from err
+
+
+def env_factory(scenario: str, agents: int, split: str, options: dict[str, Any],
+                sharing: CommsConfig | None = None) -> EnvFactory:
+    """A picklable factory of the scenario on `split`, wrapped in comms when `sharing` has a topology."""
+    make = partial(scenarios.make, scenario, n_agents=agents, split=split, **options)
+    if sharing is None or sharing.topology == "none":
+        return make
+    return partial(shared_env, make, sharing.topology, channel_config(sharing, agents))
+
+
+def shared_env(make: EnvFactory, topology: str, channel: Any) -> Any:
+    # A top-level function (not a lambda) so the factory pickles, as rollout workers may need.
+    return comms.wrap(make(), topology=topology, channel=channel)
+
+
+def train_env_factory(cfg: TrainConfig, split: str) -> EnvFactory:
+    """The env factory of a resolved training config on `split`."""
+    return env_factory(cfg.scenario, cfg.agents, split, cfg.scenario_options, cfg.comms)
+
+
+# ----- tokenizer and policy -----
+def build_tokenizer(make_env: EnvFactory, out_dir: Path, policy_cfg: PolicyConfig, rng: np.random.Generator) -> Any:
+    """The offline tokenizer of a scenario: trained on scripted-expert text, cached on disk by content hash."""
+    probe = make_env()
+    corpus_seeds = train_seeds(rng, policy_cfg.tokenizer_episodes)
+
+    def corpus() -> list[str]:
+        worker = RolloutWorker(make_env, policy=None, chat=None)
+        texts = []
+        for ep in demonstration_episodes(worker, corpus_seeds):
+            texts.extend(text for _, text in ep.transcript)
+        return texts
+
+    return load_or_train_tokenizer(out_dir / "tokenizers", corpus, probe.entity_vocabulary(), policy_cfg.vocab_size)
+
+
+def new_policy(policy_cfg: PolicyConfig, tokenizer: Any, seed: int) -> LLMPolicy:
+    """A random-init model of the preset (or the model folder) behind the decoding settings of `policy_cfg`."""
+    model = build_model(policy_cfg.model, vocab_size=len(tokenizer), seed=seed,
+                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id, router_aux_loss_coef=policy_cfg.router_aux_loss_coef)
+    model.to(resolve_device(policy_cfg.device))
+    return LLMPolicy(model, tokenizer, constrained=policy_cfg.constrained, temperature=policy_cfg.temperature,
+                     max_new_tokens=policy_cfg.max_new_tokens)
+
+
+def build_policy(cfg: TrainConfig, make_env: EnvFactory, out_dir: Path, rng: np.random.Generator) -> tuple[Any, Any, Any]:
+    """Offline tokenizer (cached), random-init model from the preset, and the policy around them."""
+    tokenizer = build_tokenizer(make_env, out_dir, cfg.policy, rng)
+    policy = new_policy(cfg.policy, tokenizer, cfg.seed)
+    return tokenizer, policy.model, policy
+
+
+def same_policy(policy: LLMPolicy, model: Any) -> LLMPolicy:
+    """`model` behind `policy`'s tokenizer and decoding settings."""
+    return LLMPolicy(model, policy.tokenizer, constrained=policy.constrained, temperature=policy.temperature,
+                     max_new_tokens=policy.max_new_tokens)
+
+
+def frozen_reference(policy: LLMPolicy) -> LLMPolicy:
+    """A frozen copy of `policy` (the KL anchor)."""
+    reference_model = copy.deepcopy(policy.model).eval()
+    for p in reference_model.parameters():
+        p.requires_grad_(False)
+    return same_policy(policy, reference_model)
+
+
+def build_policy_map(mapping: str, scenario: str, policy: LLMPolicy, make_env: EnvFactory) -> PolicyMap:
+    """The policies of a policy mapping: the (warm-started) policy, copied once per further id."""
+    if mapping == "shared":
+        return single(policy)
+    kind = scenarios.info(scenario).kind
+    ids = policy_ids(mapping, make_env(), kind)
+    models = {ids[0]: policy, **{pid: same_policy(policy, copy.deepcopy(policy.model)) for pid in ids[1:]}}
+    return PolicyMap(models, partial(policy_id, mapping, kind=kind))
+
+
+def build_critic(cfg: TrainConfig, policy: LLMPolicy, chat: ChatFormat, seed: int) -> Critic | None:
+    """The critic of `cfg.algo` for one policy (None for critic-free algorithms), on the policy's device."""
+    algo = algorithms.get(cfg.algo)
+    if algo.critic is None:
+        return None
+    tok = policy.tokenizer
+    view = None if cfg.critic.state_view == "global" else cfg.critic.state_view
+    model = build_critic_model(cfg.critic.model, view, len(tok), tok.pad_token_id, seed=seed)
+    model.to(policy.device)
+    return Critic(model, tok, chat, algo.centralized_critic, cfg.critic.learning_rate, cfg.rl.max_grad_norm,
+                  bootstrap_truncations=cfg.rl.bootstrap_truncations, state_view=view,
+                  minibatches=cfg.critic.minibatches)
+
+
+# ----- checkpoints -----
+def load_policy(checkpoint: str | Path, device: str = "auto") -> tuple[Any, ChatFormat, CheckpointMeta]:
+    """Policy + ChatFormat + metadata record from a checkpoint folder (safetensors, tokenizer, JSON).
+
+    A checkpoint of several policies (`policy_mapping` team or agent) comes back as a `PolicyMap`
+    that routes each agent to its own model, as during training.
+    """
+    from transformers import AutoTokenizer
+
+    meta = read_meta(checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+
+    def load(folder: Path) -> LLMPolicy:
+        model = build_model(str(folder), vocab_size=len(tokenizer)).to(resolve_device(device)).eval()
+        return LLMPolicy(model, tokenizer, constrained=meta.constrained, temperature=meta.temperature,
+                         max_new_tokens=meta.max_new_tokens)
+
+    policy: Any = load(Path(checkpoint))
+    if len(meta.policies) > 1:
+        kind = scenarios.info(meta.scenario).kind
+        models = {meta.policies[0]: policy,
+                  **{pid: load(Path(checkpoint) / "policies" / pid) for pid in meta.policies[1:]}}
+        policy = PolicyMap(models, partial(policy_id, meta.policy_mapping, kind=kind))
+    return policy, ChatFormat(tokenizer), meta

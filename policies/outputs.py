@@ -1,0 +1,50 @@
+"""What a policy hands back: `Generation` (rollout side) and `SequenceScores` (learner side).
+
+Plain result records shared by the LLM policy, its scorer and the random baseline, kept apart from
+the code that fills them so that each of those imports only this module and none imports another.
+Left out: any computation beyond summaries of the fields themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from policies.router_stats import load_entropy
+
+
+@dataclass
+class Generation:
+    """One batched generation. Lists are per sample, in prompt order."""
+
+    token_ids: list[list[int]]  # generated ids; ends with end_id when finished
+    logprobs: list[list[float]]  # per generated token, under the masked temperature-scaled distribution
+    texts: list[str]  # decoded action text (no end_id, no special tokens)
+    allowed: list[list[list[int]] | None]  # per token the allowed ids (shared lists: read only); None = free
+    finished: list[bool]  # True when the sample emitted end_id within max_new_tokens
+    num_prompt_tokens: list[int] = field(default_factory=list)
+
+    @property
+    def num_new_tokens(self) -> list[int]:
+        return [len(t) for t in self.token_ids]
+
+    @property
+    def total_new_tokens(self) -> int:
+        return sum(len(t) for t in self.token_ids)
+
+
+@dataclass
+class SequenceScores:
+    """Scores of actions given prompts, from one training forward (carries grad if enabled)."""
+
+    logprobs: torch.Tensor  # [B, A] float32, 0 where mask is False
+    mask: torch.Tensor  # [B, A] bool, True on real action tokens
+    entropy: torch.Tensor  # [B, A] entropy of the masked temperature-scaled distribution, 0 on padding
+    aux_loss: torch.Tensor | None = None  # Switch load-balancing loss (about top_k when balanced)
+    router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer [B*T, num_experts]
+    expert_load: torch.Tensor | None = None  # [layers, num_experts] fraction of top-k picks, detached
+
+    def expert_load_entropy(self) -> torch.Tensor | None:
+        """Mean over layers of the entropy of expert load (log(num_experts) when balanced)."""
+        return None if self.expert_load is None else load_entropy(self.expert_load)
