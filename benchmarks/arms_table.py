@@ -144,7 +144,7 @@ def main() -> None:
                         "with --eval-sampled")
     parser.add_argument("--shared-sft", default=None, help="flags of one SFT-only run per seed that every arm's RL "
                         "starts from (see the module docstring)")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/marl-arms"))
+    parser.add_argument("--workdir", type=Path, default=Path("runs/bench/arms"))
     parser.add_argument("--experiment", default=None)
     args = parser.parse_args()
     import scenarios

@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--episodes", type=int, default=40, help="scripted episodes per scenario")
     parser.add_argument("--rollout-episodes", type=int, default=8, help="LLM episodes per scenario (0 skips)")
-    parser.add_argument("--workdir", default="/tmp/marl-env-bench")
+    parser.add_argument("--workdir", default="runs/bench/env")
     parser.add_argument("--scenarios", nargs="*", default=None)
     args = parser.parse_args()
     workdir = Path(args.workdir)

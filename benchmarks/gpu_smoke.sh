@@ -5,11 +5,11 @@
 # mask, the critic, the learner's recomputed logprobs). This script trains tool_use and a 3-agent
 # mappo run on `cuda` with short budgets and then runs the test suite there (device `auto` picks
 # cuda). It measures no learning: budgets are seconds. Wheels the GPU image lacks travel in .whl/
-# (see /work/.library/device/README.md); on an ordinary GPU box, `pip install -e .` replaces that step.
+# (a GPU image without them installs them from there); on an ordinary GPU box, `pip install -e .` replaces that step.
 #
-#     bash benchmarks/gpu_smoke.sh            # writes logs under ${OUT:-/tmp/gpu-smoke}
+#     bash benchmarks/gpu_smoke.sh            # writes logs under ${OUT:-runs/gpu-smoke}
 set -u
-OUT=${OUT:-/tmp/gpu-smoke}
+OUT=${OUT:-runs/gpu-smoke}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then

@@ -6,7 +6,7 @@ the same 200 held-out seeds per split. Then the untrained policy and the scripte
 `marl eval`. Prints a markdown table (mean and spread over seeds) and the per-seed differences on
 `hard`, measured in this one run. Slow: about 20 minutes per seed on 2 cores.
 
-    python benchmarks/learning_table.py --seeds 0 1 2 --episodes 200 --workdir /tmp/marl-bench
+    python benchmarks/learning_table.py --seeds 0 1 2 --episodes 200 --workdir runs/bench/learning
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/marl-bench"))
+    parser.add_argument("--workdir", type=Path, default=Path("runs/bench/learning"))
     parser.add_argument("--sft-seconds", type=float, default=None, help="default: the config's SFT + RL budget")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 # Qwen3-MoE configs. Sizes are chosen so that a vocabulary of about 1-1.5k tokens gives
 # ~1.1M parameters (tiny) and ~7-8M (small), small enough to train on a laptop CPU; what each
-# learns is in docs/results.md. `output_router_logits` stays False: generation with the KV cache
+# learns is in docs/results/ (README.md there lists the studies). `output_router_logits` stays False: generation with the KV cache
 # breaks when it is on in the config; the training forward asks for router logits explicitly.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny-moe": {

@@ -3,7 +3,7 @@
 A turn's prompt is the previous prompt + the generated action + the new observation, so
 re-reading the whole conversation every turn (what a plain `generate` does) costs a prefill that
 grows with the episode, and an episode's prefill work with the square of its turns (measured
-figures: docs/results.md, "The turn cache"). `TurnCache` keeps the KV cache, the attention mask
+figures: docs/results/2026-11-30-turn-cache.md). `TurnCache` keeps the KV cache, the attention mask
 and the real tokens of each row (keyed by the caller, e.g. `(env index, agent)`) after a
 `generate` call; the next call feeds only the tokens past what the cache holds.
 

@@ -60,7 +60,7 @@ class WarmStartConfig:
     episodes: int = 6000
     """Scripted-expert demonstration episodes drawn from training seeds."""
     batch_size: int = 16
-    """Conversations per optimizer step (16 beat 32 on a 2-core CPU: more steps in the same budget; see docs/results/)."""
+    """Conversations per optimizer step (16 beat 32 on a 2-core CPU: more steps in the same budget; see docs/results/2026-11-30-tool-use-sft-batch-size.md)."""
     learning_rate: float = 3e-3
     """Peak learning rate (constant after warm-up so a wall-clock stop leaves a sensible model)."""
     warmup_steps: int = 30

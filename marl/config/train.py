@@ -4,8 +4,8 @@ The single source of truth for every default is a dataclass field with a one-lin
 turns these dataclasses into the `marl train` CLI whose help text is those docstrings. A config checks
 itself when it is built (`__post_init__`) and again on `validate()` (after fields were changed in
 Python), raising `ConfigError` with a message that says which field to change; checking never
-changes a field. The two fields whose default depends on the scenario (`agents`, `eval_splits`) stay
-None until `resolved()` returns a copy with them filled in. YAML files are read into the same
+changes a field. The fields whose default depends on other fields (`agents`, `eval_splits`,
+`tracking.run_name`) stay None until `resolved()` returns a copy with them filled in. YAML files are read into the same
 dataclasses by `marl.config.files`. Left out: curriculum settings.
 """
 
@@ -77,7 +77,7 @@ class TrainConfig:
         self.validate()
 
     def resolved(self) -> TrainConfig:
-        """A copy with the scenario-dependent defaults filled in: `agents` and `eval_splits`."""
+        """A copy with the defaults that depend on other fields filled in: `agents`, `eval_splits`, `tracking.run_name`."""
         import scenarios
 
         info = scenarios.info(self.scenario)
@@ -85,7 +85,9 @@ class TrainConfig:
         splits = self.eval_splits
         if splits is None:
             splits = tuple(s for s in info.splits if s != self.train_split)
-        return dataclasses.replace(self, agents=agents, eval_splits=splits)
+        run_name = self.tracking.run_name or f"{self.scenario}-{self.policy.model}-s{self.seed}"
+        return dataclasses.replace(self, agents=agents, eval_splits=splits,
+                                   tracking=dataclasses.replace(self.tracking, run_name=run_name))
 
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""

@@ -73,7 +73,7 @@ class AdaptiveKL:
     The coefficient never falls below `floor_frac` of its initial value: early in RL the KL sits
     far below target for many updates, and an unbounded controller shrinks the coefficient to
     nothing, so that when the policy later drifts it takes dozens of updates to rein it back in
-    (measured: KL well above its target while a learned skill was lost; see docs/results/).
+    (measured: KL well above its target while a learned skill was lost; see docs/results/2026-11-30-tool-use-rl-vs-sft.md).
     """
 
     def __init__(self, init: float, target: float, horizon_gain: float = 0.2, floor_frac: float = 0.1) -> None:

@@ -88,7 +88,7 @@ def decay_factor(elapsed: float, budget: float, fraction: float) -> float:
     """Learning-rate multiplier: 1, then linear to 0 over the last `fraction` of a budget (seconds or steps).
 
     A constant rate leaves the final weights wherever the last noisy steps put them; held-out
-    success then swings by 0.3 between seeds at equal budgets (docs/results.md). Annealing at the
+    success then swings widely between seeds at equal budgets (docs/results/2026-11-30-tool-use-sft-lr-annealing.md). Annealing at the
     end of a time budget needs the time, not the step count, since steps per second vary.
     """
     if fraction <= 0.0 or budget <= 0.0:

@@ -94,7 +94,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     rng = np.random.default_rng(cfg.seed)
     out_root = Path(cfg.output_dir)
     make_env = train_env_factory(cfg, cfg.train_split)
-    run_name = cfg.tracking.run_name or f"{cfg.scenario}-{cfg.policy.model}-s{cfg.seed}"
+    run_name = cfg.tracking.run_name
     with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location) as tr:
         tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
         tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
