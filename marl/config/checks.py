@@ -14,6 +14,20 @@ class ConfigError(ValueError):
     """A configuration value is out of range; the message names the field and what to change."""
 
 
+class SelfChecking:
+    """A config dataclass that checks its fields when it is built, and again on `validate()`.
+
+    `validate()` only reads fields: it raises `ConfigError` or returns the config unchanged, so it can
+    be called again after fields were changed in Python.
+    """
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> SelfChecking:
+        raise NotImplementedError
+
+
 def require(ok: bool, message: str) -> None:
     """Raise `ConfigError(message)` unless `ok`."""
     if not ok:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from marl.config.checks import one_of, positive, require, within
+from marl.config.checks import SelfChecking, one_of, positive, require, within
 from marl.config.choices import EvalPolicy, options
 from marl.config.sections import PolicyConfig, TrackingConfig
 from marl.config.train import TrainConfig
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(SelfChecking):
     """`marl eval`: held-out evaluation of a checkpoint or a baseline policy."""
 
     checkpoint: str | None = None
@@ -55,9 +55,6 @@ class EvalConfig:
     device: str = PolicyConfig.device
     """Torch device of the evaluated policy: `auto` (cuda when available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> EvalConfig:
         """Check the flags that need no scenario; raise ConfigError naming the flag and the fix."""
         require(self.episodes > 0, "--episodes must be > 0")
@@ -76,7 +73,7 @@ class EvalConfig:
 
 
 @dataclass
-class CompareConfig:
+class CompareConfig(SelfChecking):
     """`marl compare`: the runs of an experiment side by side."""
 
     experiment: str = TrackingConfig.experiment
@@ -87,9 +84,6 @@ class CompareConfig:
     """Metrics to show (last value of each run)."""
     max_runs: int = 50
     """Most recent runs to list."""
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def validate(self) -> CompareConfig:
         """Check the flags; raise ConfigError naming the flag and the fix."""

@@ -11,12 +11,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from marl.config.checks import ConfigError, finite_non_negative, one_of, positive, require, within
+from marl.config.checks import (
+    ConfigError,
+    SelfChecking,
+    finite_non_negative,
+    one_of,
+    positive,
+    require,
+    within,
+)
 from marl.config.choices import Baseline, CommsMode, NormalizeBy, Ratio, StateView, options
 
 
 @dataclass
-class PolicyConfig:
+class PolicyConfig(SelfChecking):
     """The LLM MoE policy and its tokenizer."""
 
     model: str = "tiny-moe"
@@ -36,9 +44,6 @@ class PolicyConfig:
     device: str = "auto"
     """Torch device of the policy: `auto` (cuda when available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> PolicyConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
         positive("policy.vocab_size", self.vocab_size)
@@ -52,7 +57,7 @@ class PolicyConfig:
 
 
 @dataclass
-class WarmStartConfig:
+class WarmStartConfig(SelfChecking):
     """Supervised fine-tuning on scripted-expert demonstrations (TRL SFTTrainer) before RL."""
 
     seconds: float = 270.0
@@ -74,9 +79,6 @@ class WarmStartConfig:
     max_length: int = 1024
     """Longest demonstration in tokens; longer ones stop the run (truncating them would train on cut episodes)."""
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> WarmStartConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
         require(self.seconds >= 0, "sft.seconds must be >= 0 (0 skips supervised fine-tuning)")
@@ -94,7 +96,7 @@ class WarmStartConfig:
 
 
 @dataclass
-class RLConfig:
+class RLConfig(SelfChecking):
     """On-policy RL: PPO-clip on the agent's own tokens; the advantages come from `algo`."""
 
     seconds: float = 180.0
@@ -142,9 +144,6 @@ class RLConfig:
     max_nonfinite_streak: int = 5
     """Abort after this many consecutive updates with a non-finite gradient (each one is skipped)."""
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> RLConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
         one_of("rl.baseline", self.baseline, options(Baseline))
@@ -166,7 +165,7 @@ class RLConfig:
 
 
 @dataclass
-class CriticConfig:
+class CriticConfig(SelfChecking):
     """The value model of critic-based algorithms (`mappo`, `ippo`); unused by `grpo`."""
 
     model: str = "tiny-critic"
@@ -180,9 +179,6 @@ class CriticConfig:
     state_view: StateView = "global"
     """What `mappo`'s critic reads: `global` (the state, then the agent's id), `own_last` / `own_team` (the state with the agent's line last / without teammates' lines), `with_own` (the agent's conversation with the state before each turn), `own_and_state` (two trunks whose values add: the agent's conversation, and the state then its id)."""
 
-    def __post_init__(self) -> None:
-        self.validate()
-
     def validate(self) -> CriticConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
         positive("critic.learning_rate", self.learning_rate)
@@ -193,7 +189,7 @@ class CriticConfig:
 
 
 @dataclass
-class CommsConfig:
+class CommsConfig(SelfChecking):
     """Who shares observations with whom during rollouts (`comms.wrap`); `none` leaves the scenario as is."""
 
     topology: str = "none"
@@ -212,9 +208,6 @@ class CommsConfig:
     """Characters kept per shared item (0: an even share of the observation, 2048 / agents)."""
     seed: int = 0
     """Seed of the channel's faults (with the episode seed: identical seeds replay exactly)."""
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def validate(self) -> CommsConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
@@ -237,7 +230,7 @@ class CommsConfig:
 
 
 @dataclass
-class TrackingConfig:
+class TrackingConfig(SelfChecking):
     """MLflow tracking."""
 
     tracking_uri: str = "sqlite:///mlflow.db"
@@ -250,9 +243,6 @@ class TrackingConfig:
     """Artifact folder pinned for new experiments (a local path or a URI)."""
     transcripts: int = 8
     """Episode transcripts logged as artifacts per evaluation."""
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def validate(self) -> TrackingConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""

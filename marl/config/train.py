@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from marl.config.checks import ConfigError, one_of, positive, require
+from marl.config.checks import ConfigError, SelfChecking, one_of, positive, require
 from marl.config.choices import ALGORITHM_NEEDS, Algo, PolicyMapping, options
 from marl.config.sections import (
     CommsConfig,
@@ -30,7 +30,7 @@ from marl.config.sections import (
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(SelfChecking):
     """`marl train`: warm start by SFT, then on-policy RL, tracked in MLflow."""
 
     scenario: str = "tool_use"
@@ -72,9 +72,6 @@ class TrainConfig:
     """Who shares observations with whom during rollouts; `none` leaves the scenario as is."""
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
     """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     def resolved(self) -> TrainConfig:
         """A copy with the defaults that depend on other fields filled in: `agents`, `eval_splits`, `tracking.run_name`."""
