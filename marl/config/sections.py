@@ -65,7 +65,7 @@ class WarmStartConfig(SelfChecking):
     episodes: int = 6000
     """Scripted-expert demonstration episodes drawn from training seeds."""
     batch_size: int = 16
-    """Conversations per optimizer step (16 beat 32 on a 2-core CPU: more steps in the same budget; see docs/results/2026-11-30-tool-use-sft-batch-size.md)."""
+    """Conversations per optimizer step (16 learns more than 32 in the same budget on a 2-core CPU: docs/results/2026-11-30-tool-use-sft-batch-size.md)."""
     learning_rate: float = 3e-3
     """Peak learning rate (constant after warm-up so a wall-clock stop leaves a sensible model)."""
     warmup_steps: int = 30
@@ -106,7 +106,7 @@ class RLConfig(SelfChecking):
     group_size: int = 8
     """Rollouts per task seed; `grpo`'s group baseline compares them (needs >= 2), critic-based algos just see more data."""
     learning_rate: float = 1e-4
-    """Adam learning rate of the RL phase (5e-4 drifted to KL 0.1-0.5 within ten updates, learning nothing)."""
+    """Adam learning rate of the RL phase (higher rates drifted far past the KL target on `tool_use`: docs/results/2026-11-30-tool-use-rl-vs-sft.md)."""
     epochs: int = 1
     """Passes over each iteration's batch."""
     minibatches: int = 2
