@@ -1,10 +1,17 @@
 """The comms wrapper: ``wrap(env, topology, channel)`` shares observations between graph neighbours.
 
-It wraps any text scenario (a PettingZoo ``ParallelEnv`` whose observations are ``{"text": str}``)
-and returns a ``ParallelEnv`` with the same agents, the same space objects, the same ``state()``
-(the global state stays for the centralized critic) and the scenario's ``action_grammar``,
-``expert_action`` and ``entity_vocabulary``. What changes is each agent's observation text: after
-reset and after every step it gains a short section with what its in-neighbours shared::
+It wraps a text scenario (a ``scenarios.base.TextScenario``: a PettingZoo ``ParallelEnv`` whose
+observations are ``{"text": str}`` and which declares the optional capabilities; anything else is
+refused with a message that says so) and returns a ``ParallelEnv`` with the same agents, the same
+space objects, the same ``state()`` (the global state stays for the centralized critic) and the
+scenario's ``action_grammar``, ``expert_action``, ``entity_vocabulary`` and ``eval_seeds``. Every
+capability the base class declares (``scenarios.base.CAPABILITIES``: ``team_of``,
+``opponent_styles``, ``episode_stats``, ``action_classes``, ``action_class``,
+``turn_budget_visible``, ``note_seen``, ``expert_turn``, ``action_summary``, ``shared_view``) is
+forwarded by a method of its own, so a wrapped scenario offers the same declared surface as a bare
+one; the wrapper itself calls them directly, never by probing. A scenario's own extras (such as
+``tool_schemas``) still pass through by attribute lookup. What changes is each agent's observation
+text: after reset and after every step it gains a short section with what its in-neighbours shared::
 
     <own observation>
     team:
@@ -21,15 +28,17 @@ when it was sent: ``agent_1 (t=3) saw: ...``. Only agents still in ``env.agents`
 receivers through the ``Channel`` (size cap, drop, delay, noise; see ``comms/channel.py``). An
 observation never holds anything from an agent that is not one of its in-neighbours
 (decentralized execution). The observation stays inside its ``Text`` space: the own text is kept
-whole and the team section is cut (with a marker) to the room left, or to ``total_chars``. When
-the scenario has ``note_seen(agent, text)`` (``info_split``), the wrapper calls it with each
-delivered text, so the receiver's grammar admits the entities it saw.
+whole and the team section is cut (with a marker) to the room left, or to ``total_chars``. The
+wrapper calls the scenario's ``note_seen(agent, text)`` with each delivered text (a no-op unless
+the scenario uses it: ``info_split``'s grammar then admits the entities the receiver saw).
 
-With channel mode ``"message"`` (or ``"both"``) agents also write: an action may end in a
-``"say"`` field (``comms/messages.py``), stripped before the scenario sees the action and
-delivered through the same channel as a line ``agent_1 says: Sydney``; ``action_grammar``
-then offers every action with and without a message from the entities the agent has seen.
-Mode ``"message"`` shares nothing else; ``"both"`` shares observations too.
+With channel mode ``"message"`` (or ``"both"``) agents also write: an action may carry a message
+(``comms/messages.py``: a ``"say"`` field on a JSON-object action, a trailing `` say: <value>`` on
+any other action text), stripped before the scenario sees the action (and before
+``action_class`` reads it) and delivered through the same channel as a line ``agent_1 says:
+Sydney``; ``action_grammar`` then offers every action with and without a message from the
+entities the agent has seen. Mode ``"message"`` shares nothing else; ``"both"`` shares
+observations too.
 
 The graph is rebuilt at every reset for the scenario's ``possible_agents`` (the team size may
 change between environments of a curriculum); ``topology_graph`` exposes it, ``stats()`` the
@@ -39,15 +48,16 @@ channel's cumulative counts as ``comms/...`` metrics (``comms/messages`` counts 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import networkx as nx
 from pettingzoo import ParallelEnv
 
 from comms.channel import Channel, ChannelConfig, cut
-from comms.messages import SeenEntities, split_message, with_message, with_messages
+from comms.messages import SeenEntities, can_carry, split_message, with_message, with_messages
 from comms.topology import Topology, as_topology, build, neighbours, receivers
+from scenarios.base import OpponentStyles, TextScenario
 
 SECTION_HEADER = "\nteam:"
 
@@ -78,11 +88,16 @@ def _common_lines(obs: Mapping[str, Any]) -> frozenset[str]:
 class CommsWrapper(ParallelEnv):
     """A scenario whose observations also show what graph neighbours shared (see the module docstring)."""
 
-    def __init__(self, env: ParallelEnv, topology: Topology | str | nx.Graph = "full",
+    def __init__(self, env: TextScenario, topology: Topology | str | nx.Graph = "full",
                  channel: ChannelConfig | None = None):
         if not isinstance(env, ParallelEnv):
             raise ValueError(f"comms.wrap needs a PettingZoo ParallelEnv (e.g. scenarios.make(...)), "
                              f"got {type(env).__name__}")
+        if not isinstance(env, TextScenario):
+            # The wrapper calls the hooks TextScenario declares; a bare ParallelEnv has none of them.
+            raise ValueError(f"comms.wrap needs observations {{'text': Text}} and the hooks of a text scenario: "
+                             f"{type(env).__name__} is a ParallelEnv but not a scenarios.base.TextScenario. "
+                             "Wrap a text scenario (scenarios.make(...)) or subclass TextScenario")
         if channel is None:
             channel = ChannelConfig()
         if not isinstance(channel, ChannelConfig):
@@ -92,10 +107,9 @@ class CommsWrapper(ParallelEnv):
         self.topology = topology
         self.channel_config = channel
         self.channel = Channel(channel)
-        self.metadata = dict(getattr(env, "metadata", {}))
-        self.render_mode = getattr(env, "render_mode", None)
-        if hasattr(env, "state_space"):
-            self.state_space = env.state_space
+        self.metadata = dict(env.metadata)
+        self.render_mode = env.render_mode
+        self.state_space = env.state_space
         self._text_space = {a: self._space_of(a) for a in env.possible_agents}
         self.topology_graph: nx.Graph = build(topology, list(env.possible_agents))
         self._step = 0
@@ -137,23 +151,62 @@ class CommsWrapper(ParallelEnv):
         return with_messages(grammar, self._seen.of(agent))
 
     def expert_action(self, agent: str) -> str:
-        """The scenario's scripted action; in message mode with a scenario that has ``expert_turn``,
-        it carries the value the expert would say to the agent's live out-neighbours (a teacher
-        that talks, so SFT demonstrations teach talking), when the agent may say it."""
-        turn = getattr(self.env, "expert_turn", None)
-        if not (self.channel_config.carries_messages and callable(turn)):
+        """The scenario's scripted action; in message mode it carries the value the scenario's
+        ``expert_turn`` would say to the agent's live out-neighbours (a teacher that talks, so SFT
+        demonstrations teach talking), when the agent may say it."""
+        if not self.channel_config.carries_messages:
             return self.env.expert_action(agent)
         live = set(self.env.agents)
         hearers = [b for b in receivers(self.topology_graph, agent) if b in live] if agent in live else []
-        action, message = turn(agent, hearers)
-        if message is None or message not in self._seen.of(agent) or not action.endswith("}"):
+        action, message = self.env.expert_turn(agent, hearers)
+        if message is None or message not in self._seen.of(agent) or not can_carry(action):
             return action
         return with_message(action, message)
 
     def entity_vocabulary(self) -> list[str]:
         return self.env.entity_vocabulary()
 
+    def eval_seeds(self, split: str, n: int) -> list[int]:
+        return self.env.eval_seeds(split, n)
+
+    # ----- declared capabilities (scenarios.base.CAPABILITIES), forwarded one by one -----
+    def team_of(self, agent: str) -> str:
+        return self.env.team_of(agent)
+
+    def opponent_styles(self) -> OpponentStyles:
+        return self.env.opponent_styles()
+
+    def episode_stats(self, agent: str) -> dict[str, float]:
+        return self.env.episode_stats(agent)
+
+    def action_classes(self) -> tuple[str, ...]:
+        return self.env.action_classes()
+
+    def action_class(self, agent: str, action: object) -> str | None:
+        """The scenario's class of ``action``; in message mode, of the action without its message."""
+        if self.channel_config.carries_messages and isinstance(action, str):
+            action = split_message(action)[0]
+        return self.env.action_class(agent, action)
+
+    @property
+    def turn_budget_visible(self) -> bool:
+        return self.env.turn_budget_visible
+
+    def note_seen(self, agent: str, text: str) -> None:
+        self.env.note_seen(agent, text)
+
+    def expert_turn(self, agent: str, audience: Collection[str] = ()) -> tuple[str, str | None]:
+        """The scenario's own (action, message); the wrapper's talking expert is ``expert_action``."""
+        return self.env.expert_turn(agent, audience)
+
+    def action_summary(self, agent: str, action: object) -> str:
+        return self.env.action_summary(agent, action)
+
+    def shared_view(self, agent: str, text: str) -> str:
+        return self.env.shared_view(agent, text)
+
     def __getattr__(self, name: str) -> Any:
+        # Only a scenario's own extras (tool_schemas, pool, ...) get here: declared hooks are methods above.
         if name.startswith("_") or name == "env":
             raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
         return getattr(self.env, name)
@@ -216,7 +269,6 @@ class CommsWrapper(ParallelEnv):
             if parts:  # nothing seen worth sharing and nothing done (a reset): nothing to send
                 self.channel.send(step, sender, targets, " | ".join(parts))
         arrived = self.channel.deliver(step, set(obs))
-        note = getattr(self.env, "note_seen", None)
         out = {}
         for agent, ob in obs.items():
             if cfg.carries_messages:
@@ -228,23 +280,18 @@ class CommsWrapper(ParallelEnv):
                 continue
             # the send step only when the item is late: fresh ones would pay tokens for nothing
             lines = [f"{d.sender}{'' if d.sent_step == step else f' (t={d.sent_step})'} {d.text}" for d in items]
-            if callable(note):
-                for line in lines:
-                    note(agent, line)
+            for line in lines:
+                self.env.note_seen(agent, line)
             out[agent] = {**ob, "text": self._compose(agent, str(ob["text"]), lines)}
             if cfg.carries_messages:
                 self._seen.note(agent, "\n".join(lines))  # what neighbours said can be relayed
         return out
 
     def _view(self, agent: str, text: str) -> str:
-        view = getattr(self.env, "shared_view", None)  # scenarios may leave out lines with no news
-        return str(view(agent, text)) if callable(view) else text
+        return str(self.env.shared_view(agent, text))  # scenarios may leave out lines with no news
 
     def _summary(self, agent: str, action: Any) -> str:
-        summary = getattr(self.env, "action_summary", None)  # scenarios may render actions compactly
-        if callable(summary):
-            return str(summary(agent, action))
-        return action if isinstance(action, str) else repr(action)
+        return str(self.env.action_summary(agent, action))  # scenarios may render actions compactly
 
     def _compose(self, agent: str, own: str, lines: list[str]) -> str:
         limit, allowed = self._text_space.get(agent) or self._space_of(agent)
@@ -257,7 +304,7 @@ class CommsWrapper(ParallelEnv):
         return own + cut(section, room)
 
 
-def wrap(env: ParallelEnv, topology: Topology | str | nx.Graph = "full",
+def wrap(env: TextScenario, topology: Topology | str | nx.Graph = "full",
          channel: ChannelConfig | None = None) -> CommsWrapper:
     """Wrap ``env`` so each agent's observation shows what its in-neighbours in ``topology`` shared or said.
 

@@ -5,7 +5,7 @@ This package imports only pettingzoo, gymnasium, numpy and the standard library.
 """
 
 from scenarios.bargaining import BargainingEnv
-from scenarios.base import TRAIN_SEED_LIMIT, ScenarioOptions, StepOutcome, TextScenario
+from scenarios.base import TRAIN_SEED_LIMIT, OpponentStyles, ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Slot
 from scenarios.grid import NavigationEnv, PredatorPreyEnv
 from scenarios.info_split import InfoSplitEnv
@@ -27,6 +27,7 @@ __all__ = [
     "BargainingEnv",
     "RepeatedGameEnv",
     "NavigationEnv",
+    "OpponentStyles",
     "PredatorPreyEnv",
     "ScenarioInfo",
     "ScenarioOptions",

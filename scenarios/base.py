@@ -6,6 +6,10 @@ truncation, layered and weighted rewards, ``infos`` with ``reward_components``,
 ``invalid_action`` and ``termination_reason``, harness-fault containment, printable and
 bounded observation text, seeding, evaluation seeds, ``state()`` and ``render()``.
 
+It also declares, with defaults, every optional capability a scenario may have (see
+``TextScenario``: teams, opponent styles, per-episode stats, action classes, turn-budget
+visibility, and the comms hooks), so callers call them directly and never probe attributes.
+
 It leaves out everything about a particular task: subclasses implement ``_reset_scenario``,
 ``_step_agent`` (or ``_step_agents`` when agents interact), ``_agent_state``, ``action_grammar``, ``entity_vocabulary`` and
 ``expert_action``. It does not parse actions (a scenario's action language is its own) and
@@ -27,6 +31,7 @@ from pettingzoo import ParallelEnv
 from scenarios.grammar import ActionGrammar
 
 PRINTABLE = string.printable
+_PRINTABLE_SET = frozenset(PRINTABLE)
 # Training draws seeds from [0, TRAIN_SEED_LIMIT); each split's evaluation seeds live in their
 # own block above it, so no evaluation seed is ever a training seed and splits never share one.
 TRAIN_SEED_LIMIT = 1_000_000
@@ -60,8 +65,43 @@ class StepOutcome:
     end: str | None = None  # a termination reason when the agent's episode ends here
 
 
+@dataclass(frozen=True)
+class OpponentStyles:
+    """Names of a scenario's scripted opponent styles: those training draws from and those held out for evaluation."""
+
+    train: tuple[str, ...] = ()
+    held_out: tuple[str, ...] = ()
+
+
+# The optional capabilities TextScenario declares with defaults; a wrapper (comms) forwards each of these.
+CAPABILITIES: tuple[str, ...] = ("team_of", "opponent_styles", "episode_stats", "note_seen", "turn_budget_visible",
+                                 "action_classes", "action_class", "expert_turn", "action_summary", "shared_view")
+
+
 class TextScenario(ParallelEnv):
-    """Shared machinery of text scenarios (see the module docstring)."""
+    """Shared machinery of text scenarios (see the module docstring).
+
+    Optional capabilities (``CAPABILITIES``), each declared here with a default that means "the
+    scenario has none of it", so the engine and comms call them on any scenario:
+
+    - ``team_of(agent)``: the agent's team, ``""`` without teams (predator_prey: predator / prey).
+    - ``opponent_styles()``: the scripted opponent styles (``OpponentStyles``: training and
+      held-out names), both empty without scripted opponents (repeated_game has them).
+    - ``episode_stats(agent)``: figures the scenario measures over the agent's episode so far
+      (finished or current), worth logging as averages; ``{}`` by default. Keys may differ
+      between agents (a predator's catches, a prey's capture): average each over the
+      agent-episodes that report it.
+    - ``action_classes()`` / ``action_class(agent, action)``: the classes of action another
+      agent could predict (a move, a bargaining verb, a tool name) and the class of one action
+      text, read from the text alone (``None``: no class, malformed); ``()`` / ``None`` by default.
+    - ``turn_budget_visible``: whether the agent is shown its turn budget, so that running out
+      of turns is an outcome of the task (terminal) rather than a cut it cannot see
+      (bootstrapped); ``True`` by default, and a scenario that does not show it says ``False``.
+    - comms hooks: ``note_seen(agent, text)`` (the agent was shown ``text`` by a teammate;
+      no-op), ``expert_turn(agent, audience)`` (the expert's action and what it would say;
+      silent), ``action_summary(agent, action)`` (how an action reads to teammates; the text)
+      and ``shared_view(agent, text)`` (what of an observation teammates get; all of it).
+    """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "name": "text_scenario", "is_parallelizable": True}
     description: ClassVar[str] = ""
@@ -73,6 +113,8 @@ class TextScenario(ParallelEnv):
     max_obs_length: ClassVar[int] = 2048
     max_action_length: ClassVar[int] = 512
     TRAIN_SEED_LIMIT: ClassVar[int] = TRAIN_SEED_LIMIT  # so callers holding only an env can draw training seeds
+    turn_budget_visible: ClassVar[bool] = True
+    """Whether the agent is shown its turn budget (then ``max_turns`` ends the task; else it is an unseen cut)."""
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
@@ -224,7 +266,10 @@ class TextScenario(ParallelEnv):
     @staticmethod
     def _clean(text: str, max_length: int) -> str:
         # Observations must stay inside the Text space: printable ASCII, 1..max_length chars.
-        text = "".join(c if c in PRINTABLE else "?" for c in str(text)) or "(empty)"
+        text = str(text)
+        if not set(text) <= _PRINTABLE_SET:  # most texts are clean already: skip the per-character rebuild
+            text = "".join(c if c in _PRINTABLE_SET else "?" for c in text)
+        text = text or "(empty)"
         if len(text) > max_length:
             text = text[: max_length - len(_TRUNCATED_MARK)] + _TRUNCATED_MARK
         return text
@@ -266,6 +311,31 @@ class TextScenario(ParallelEnv):
 
     def expert_action(self, agent: str) -> str:
         raise NotImplementedError
+
+    # ----- optional capabilities (see the class docstring); defaults mean "none of it" -----
+    def team_of(self, agent: str) -> str:
+        """The team ``agent`` plays on; ``""`` when the scenario has no teams."""
+        return ""
+
+    def opponent_styles(self) -> OpponentStyles:
+        """The scripted opponent styles for training and held out for evaluation; none by default."""
+        return OpponentStyles()
+
+    def episode_stats(self, agent: str) -> dict[str, float]:
+        """Figures measured over ``agent``'s episode so far (finished or current), for logging; none by default."""
+        return {}
+
+    def action_classes(self) -> tuple[str, ...]:
+        """Every class of action another agent could predict (the same for every episode); none by default."""
+        return ()
+
+    def action_class(self, agent: str, action: object) -> str | None:
+        """The class in ``action_classes()`` of ``agent``'s action text; ``None`` for no class (malformed)."""
+        return None
+
+    def note_seen(self, agent: str, text: str) -> None:
+        """``agent`` was shown ``text`` by someone else (comms); the scenario may widen its grammar. A no-op by default."""
+        return None
 
     def expert_turn(self, agent: str, audience: Collection[str] = ()) -> tuple[str, str | None]:
         """The scripted expert's action and, when the teammates in ``audience`` hear a message from

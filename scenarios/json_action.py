@@ -2,13 +2,16 @@
 
 Text, length, printable ASCII, non-empty, valid JSON, an object; each failure becomes a reason
 that names the valid shapes, so the agent can fix its next action. It never raises on agent text
-and never evaluates it. What the object must hold is each scenario's own business.
+and never evaluates it. What the object must hold is each scenario's own business; the tool-call
+scenarios share how a call reads to teammates (``tool_action_summary``) and its class
+(``tool_action_class``).
 """
 
 from __future__ import annotations
 
 import json
 import string
+from collections.abc import Collection
 
 _PRINTABLE = frozenset(string.printable)
 
@@ -60,3 +63,21 @@ def tool_action_summary(action: object) -> str:
             and isinstance(obj["args"], dict) and all(isinstance(v, str) for v in obj["args"].values()):
         return f"{obj['tool']}({', '.join(obj['args'].values())})"
     return "invalid action"
+
+
+def tool_action_class(action: object, tools: Collection[str], max_chars: int) -> str | None:
+    """The tool a tool-call action text calls (one of ``tools``), ``"answer"`` for an answer, else ``None``.
+
+    Read from the text alone: a call of one of ``tools`` with an ``args`` object has that tool's
+    class whether or not its arguments (or the tool itself, for this agent) are valid now.
+    """
+    obj, _ = read_json_object(action, max_chars, "")
+    if obj is None:
+        return None
+    if set(obj) == {"answer"}:
+        answer = obj["answer"]
+        return "answer" if isinstance(answer, str) and answer.strip() else None
+    tool = obj.get("tool")
+    if set(obj) == {"tool", "args"} and isinstance(tool, str) and tool in tools and isinstance(obj["args"], dict):
+        return tool
+    return None

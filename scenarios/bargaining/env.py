@@ -55,6 +55,12 @@ hard episodes in ``train``).
 **Splits.** ``train`` (``basic`` or, with probability ``hard_frac``, ``hard``), ``basic``,
 ``hard``. Evaluation seeds: ``BargainingEnv.eval_seeds(split, n)``.
 
+**Capabilities.** ``action_classes()``: the five verbs (offer, accept, reject, wait, leave;
+``action_class`` reads the verb of a well-formed action, valid in the agent's role or not);
+``episode_stats(agent)``: ``value`` (the normalized value the agent got: its share at a deal or
+its outside option, 0 without either) and ``offers`` (its offers that went on the table).
+``turn_budget_visible`` is False: no observation states ``max_turns``.
+
 **Expert.** With every agent scripted, over 200 evaluation seeds per agent count 2 / 3 / 5 / 8:
 deal rate 1.0 at every count in ``basic``, 1.0 / 0.99 / 0.97 / 0.74 in ``hard`` (outside
 options make some deals impossible); mean normalized value per agent in ``basic`` 0.67 / 0.47
@@ -71,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from scenarios.bargaining.deals import (
+    ACTS,
     ITEMS,
     Alloc,
     Pool,
@@ -120,6 +127,7 @@ class BargainingEnv(TextScenario):
     splits = SPLITS
     options_cls = BargainingOptions
     default_reward_weights = {"value": 1.0, "deal": 0.0, "format": 0.1}
+    turn_budget_visible = False  # no observation states max_turns
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
@@ -131,6 +139,8 @@ class BargainingEnv(TextScenario):
         self._proposer = 0
         self._steps = 0
         self._revealed: dict[int, Alloc] = {}  # each agent's latest offer, for the expert
+        self._value: dict[int, float] = {}  # normalized value each agent got (deal share or outside option)
+        self._offers: dict[int, int] = {}  # offers each agent put on the table
 
     # ----- roles -----
     def _live(self) -> tuple[bool, ...]:
@@ -160,6 +170,7 @@ class BargainingEnv(TextScenario):
         self._pool = make_pool(rng, n, self._hard)
         self._proposer = int(rng.integers(n))
         self._left, self._table, self._steps, self._revealed = set(), None, 0, {}
+        self._value, self._offers = {}, {}
         return {a: self._intro(i) for i, a in enumerate(self.possible_agents)}
 
     def _intro(self, i: int) -> str:
@@ -205,6 +216,7 @@ class BargainingEnv(TextScenario):
         elif offer is not None:
             self._table = _Table(offer, self._proposer)
             self._revealed[self._proposer] = offer
+            self._offers[self._proposer] = self._offers.get(self._proposer, 0) + 1
         self._advance_proposer()
         remaining = [i for i in live if i not in self._left]
         outcomes = {}
@@ -213,7 +225,7 @@ class BargainingEnv(TextScenario):
             components = {"format": -1.0 if i in errors else 0.0}
             if i in self._left or len(remaining) < 2:
                 why = "you left" if i in self._left else "too few agents remain"
-                components["value"] = pool.outside[i] / pool.max_worth(i)
+                components["value"] = self._value[i] = pool.outside[i] / pool.max_worth(i)
                 text = " ".join([*filter(None, [error.strip(), *events]),
                                  f"{why}: outside option {pool.outside[i]}; episode over"])
                 outcomes[f"agent_{i}"] = StepOutcome(text, components, i in errors, "failure")
@@ -237,6 +249,7 @@ class BargainingEnv(TextScenario):
             worth, total = pool.worth(i, alloc), pool.max_worth(i)
             text = (f"deal on {offer_text(alloc)}: you get {pool.share_text(i, alloc)}, worth {worth} of {total}; "
                     "episode over")
+            self._value[i] = worth / total
             components = {"value": worth / total, "deal": 1.0, "format": -1.0 if i in errors else 0.0}
             outcomes[f"agent_{i}"] = StepOutcome(text, components, i in errors, "success")
         return outcomes
@@ -271,6 +284,18 @@ class BargainingEnv(TextScenario):
     def pool(self) -> Pool | None:
         """This episode's pool, values and outside options (global information: not for agents' eyes)."""
         return self._pool
+
+    def action_classes(self) -> tuple[str, ...]:
+        return ACTS
+
+    def action_class(self, agent: str, action: object) -> str | None:
+        return parse_act(action, self.max_action_length)[0]
+
+    def episode_stats(self, agent: str) -> dict[str, float]:
+        if self._pool is None or agent not in self.possible_agents:
+            return {}
+        i = int(agent.split("_")[1])
+        return {"value": self._value.get(i, 0.0), "offers": float(self._offers.get(i, 0))}
 
     def entity_vocabulary(self) -> list[str]:
         ids = [f"agent_{i}" for i in range(self.agent_range[1])]

@@ -83,7 +83,7 @@ class Board:
 
 
 def distances(size: int, walls: frozenset[int]) -> np.ndarray:
-    # Floyd-Warshall on at most 64 cells: vectorized, well under a millisecond.
+    # Floyd-Warshall on at most 64 cells, vectorized over whole rows.
     n = size * size
     dist = np.full((n, n), _FAR, dtype=np.int64)
     np.fill_diagonal(dist, 0)

@@ -5,6 +5,10 @@ agent -> cell) and act with ``{"move": ...}``. Subclasses draw the layout, resol
 move and plan the scripted expert's joint move (``_expert_plan``), which is computed once per
 board position and shared by every agent's ``expert_action``.
 
+Both grid scenarios classify actions by move (``action_classes()``: up, down, left, right, stay;
+``action_class`` reads the move of a well-formed action, legal from the agent's cell or not) and
+do not show the turn budget (``turn_budget_visible`` is False: no observation states ``max_turns``).
+
 It leaves out rewards, observations and the rules of each task (``navigation.py``,
 ``predator_prey.py``).
 """
@@ -46,6 +50,7 @@ class GridScenario(TextScenario):
     splits = SPLITS
     options_cls = GridOptions
     extra_entities: ClassVar[tuple[str, ...]] = ()
+    turn_budget_visible = False  # no observation states max_turns
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
@@ -86,6 +91,12 @@ class GridScenario(TextScenario):
             return ActionGrammar(())
         legal = self.board.legal_moves(self.pos[agent])
         return ActionGrammar((('{"move": "', Slot("move", legal), '"}'),))
+
+    def action_classes(self) -> tuple[str, ...]:
+        return MOVES
+
+    def action_class(self, agent: str, action: object) -> str | None:
+        return parse_move(action, MOVES, "", self.max_action_length)[0]
 
     def entity_vocabulary(self) -> list[str]:
         agents = tuple(f"agent_{i}" for i in range(MAX_AGENTS))

@@ -50,6 +50,9 @@ cell stays taken (moving into it is a bump) and it keeps the landmark covered; t
 with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
 Evaluation seeds: ``NavigationEnv.eval_seeds(split, n)``. ``state()`` adds the level, walls,
 landmarks and coverage to the per-agent lines.
+
+**Capabilities.** Move classes and no visible turn budget (``common.py``);
+``episode_stats(agent)``: ``coverage``, the share of landmarks covered now.
 """
 
 from __future__ import annotations
@@ -156,6 +159,11 @@ class NavigationEnv(GridScenario):
                 lines.append("settled on a landmark: your part is done")
             outcomes[agent] = StepOutcome("\n".join(lines), components, invalid=agent in errors, end=end)
         return outcomes
+
+    def episode_stats(self, agent: str) -> dict[str, float]:
+        if self.board is None or agent not in self.possible_agents:
+            return {}
+        return {"coverage": self._covered() / len(self.landmarks)}
 
     def _alone_on_landmark(self, agent: str) -> bool:
         cell = self.pos[agent]

@@ -52,6 +52,10 @@ every predator (termination). Running out of ``max_turns``: truncation with reas
 with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
 Evaluation seeds: ``PredatorPreyEnv.eval_seeds(split, n)``. Predators start at distance 3 or
 more from every prey (2 on the rare crowded board). ``state()`` adds the level, walls and caught prey.
+
+**Capabilities.** ``team_of``; move classes and no visible turn budget (``common.py``);
+``episode_stats(agent)``: a predator's ``catches`` (its credited share of catches so far), a
+prey's ``caught`` (1 once caught, else 0).
 """
 
 from __future__ import annotations
@@ -105,12 +109,20 @@ class PredatorPreyEnv(GridScenario):
         k = len(self.possible_agents) // 2
         self.predators, self.prey = self.possible_agents[:k], self.possible_agents[k:]
         self.caught: dict[str, int] = {}  # prey -> turn it was caught
+        self.catches: dict[str, float] = {}  # predator -> credited catches so far
 
     def team_of(self, agent: str) -> str:
         """``"predator"`` or ``"prey"``."""
         if agent not in self.possible_agents:
             raise ValueError(f"unknown agent {agent!r}; agents: {self.possible_agents}")
         return PREDATOR if agent in self.predators else PREY
+
+    def episode_stats(self, agent: str) -> dict[str, float]:
+        if self.board is None or agent not in self.possible_agents:
+            return {}
+        if self.team_of(agent) == PREDATOR:
+            return {"catches": self.catches[agent]}
+        return {"caught": float(agent in self.caught)}
 
     def _reset_scenario(self, episode_seed: int, split: str) -> dict[str, str]:
         rng = np.random.default_rng(episode_seed)
@@ -127,6 +139,7 @@ class PredatorPreyEnv(GridScenario):
         pred_cells = [far[int(i)] for i in rng.choice(len(far), size=k, replace=False)]
         self.pos = dict(zip(self.predators + self.prey, pred_cells + prey_cells, strict=True))
         self.caught = {}
+        self.catches = dict.fromkeys(self.predators, 0.0)
         self._plan_key = None
         texts = {}
         for agent in self.possible_agents:
@@ -168,6 +181,8 @@ class PredatorPreyEnv(GridScenario):
                 newly.append(q)
                 for p in catchers:
                     credit[p] += 1.0 / len(catchers)
+        for p, c in credit.items():
+            self.catches[p] += c
         chase = self._chase(before, preds, prey_live)
         caught_at = {q: self.pos.pop(q) for q in newly}
         self.caught.update({q: self._turns[q] for q in newly})

@@ -72,6 +72,11 @@ or is slower than ``tool_timeout_s`` ends the caller's episode with ``error`` / 
 **Splits.** ``train`` (mixture), ``basic`` (one hand-off stage), ``hard`` (two or three
 dependent stages, distractor tools); see ``tasks.py``. Evaluation seeds:
 ``InfoSplitEnv.eval_seeds(split, n)``.
+
+**Capabilities.** ``note_seen`` and ``shared_view`` (above), ``expert_turn`` (the talking
+expert), ``action_classes()``: every world tool, ``post``, ``read_board`` and ``answer``;
+``episode_stats(agent)``: ``contribution`` (its credit so far) and ``calls`` (its successful
+world-tool calls). ``turn_budget_visible`` is False: the budget is in ``state()`` only.
 """
 
 from __future__ import annotations
@@ -99,9 +104,9 @@ from scenarios.info_split.actions import (
 )
 from scenarios.info_split.roles import Role, deal_roles
 from scenarios.info_split.tasks import SPLIT_CODE, SPLITS, TeamTask, generate_task
-from scenarios.json_action import tool_action_summary
+from scenarios.json_action import tool_action_class, tool_action_summary
 from scenarios.tool_use.tasks import Call
-from scenarios.tool_use.tools import call_tool
+from scenarios.tool_use.tools import TOOLS, call_tool
 from scenarios.tool_use.world import KIND_OF, entity_vocabulary
 
 _SELF_LINES = ("you are ", "tools: ")
@@ -169,6 +174,7 @@ class InfoSplitEnv(TextScenario):
     splits = SPLITS
     options_cls = InfoSplitOptions
     default_reward_weights = {"format": 0.2, "contribution": 1.0, "task": 1.0}
+    turn_budget_visible = False  # the episode's budget is in state() only
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
@@ -309,6 +315,18 @@ class InfoSplitEnv(TextScenario):
 
     def action_summary(self, agent: str, action: object) -> str:
         return tool_action_summary(action)
+
+    def action_classes(self) -> tuple[str, ...]:
+        return (*TOOLS, *BOARD_TOOLS, "answer")
+
+    def action_class(self, agent: str, action: object) -> str | None:
+        return tool_action_class(action, (*TOOLS, *BOARD_TOOLS), self.max_action_length)
+
+    def episode_stats(self, agent: str) -> dict[str, float]:
+        m = self._members.get(agent)
+        if m is None:
+            return {}
+        return {"contribution": m.credit, "calls": float(len(m.done))}
 
     def shared_view(self, agent: str, text: str) -> str:
         """The facts and results in ``text``: without the agent's role and tool list (what it *is*,

@@ -45,6 +45,12 @@ of episodes) the hard variant. ``basic``: training styles, three moves, ``rounds
 styles, five moves (rock paper scissors spock lizard), first to ``first_to`` within
 ``rounds``. Evaluation seeds: ``RepeatedGameEnv.eval_seeds(split, n)``.
 
+**Capabilities.** ``opponent_styles()``: the training and held-out style names;
+``action_classes()``: the five move names (``action_class`` reads the move of a well-formed
+action, whether or not this match uses five moves); ``episode_stats(agent)``: rounds won, lost
+and drawn so far. ``turn_budget_visible`` is False: the match length is shown, ``max_turns`` is
+not (below the match length it cuts the match where the agent cannot see it coming).
+
 **Expert.** Over 200 evaluation seeds x 2 agents (scripted pairing, default options) the
 expert wins 0.98 of matches in ``basic``, 0.97 in ``hard`` and 0.97 in ``heldout`` (tests hold
 it to 0.9, 0.9 and 0.85); every deterministic training style is beaten in every match, the
@@ -59,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
+from scenarios.base import OpponentStyles, ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Slot
 from scenarios.json_action import read_json_object
 from scenarios.repeated_game.expert import expert_move
@@ -149,6 +155,7 @@ class RepeatedGameEnv(TextScenario):
     splits = SPLITS
     options_cls = RepeatedGameOptions
     default_reward_weights = {"round": 0.1, "match": 1.0, "format": 0.2}
+    turn_budget_visible = False  # the match length is shown; max_turns is not
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
@@ -267,6 +274,22 @@ class RepeatedGameEnv(TextScenario):
         its opponent, with the same history the scenario keeps for that seat.
         """
         return json.dumps({"move": style.act(self._sides[agent].history)})
+
+    def opponent_styles(self) -> OpponentStyles:
+        return OpponentStyles(train=TRAIN_STYLES, held_out=HELDOUT_STYLES)
+
+    def action_classes(self) -> tuple[str, ...]:
+        return MOVES5
+
+    def action_class(self, agent: str, action: object) -> str | None:
+        return parse_move(action, MOVES5, self.max_action_length)[0]
+
+    def episode_stats(self, agent: str) -> dict[str, float]:
+        side = self._sides.get(agent)
+        if side is None:
+            return {}
+        wins, losses, draws = side.score
+        return {"rounds_won": float(wins), "rounds_lost": float(losses), "rounds_drawn": float(draws)}
 
     def entity_vocabulary(self) -> list[str]:
         ids = [f"agent_{i}" for i in range(self.agent_range[1])]

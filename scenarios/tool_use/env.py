@@ -37,6 +37,11 @@ format 0.2, tool_choice 0.1, arguments 0.1, task 1.0).
 
 **Splits.** ``train`` (mixture), ``basic``, ``hard``, ``adversarial``; see ``tasks.py``.
 Evaluation seeds: ``ToolUseEnv.eval_seeds(split, n)``.
+
+**Capabilities.** ``action_classes()``: every tool name and ``answer`` (``action_class`` reads
+them from the text, listed to the agent or not); ``episode_stats(agent)``: ``calls`` (successful
+tool calls) and ``progress`` (share of the solution path done). ``turn_budget_visible`` is
+False: no observation states ``max_turns``.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from typing import Any
 
 from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Part, Slot
-from scenarios.json_action import tool_action_summary
+from scenarios.json_action import tool_action_class, tool_action_summary
 from scenarios.tool_use.actions import call_templates, parse_action
 from scenarios.tool_use.tasks import SPLITS, Call, Task, generate_task
 from scenarios.tool_use.tools import TOOLS, call_tool
@@ -103,6 +108,7 @@ class ToolUseEnv(TextScenario):
     splits = SPLITS
     options_cls = ToolUseOptions
     default_reward_weights = {"format": 0.2, "tool_choice": 0.1, "arguments": 0.1, "task": 1.0}
+    turn_budget_visible = False  # no observation states max_turns
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
@@ -160,6 +166,19 @@ class ToolUseEnv(TextScenario):
 
     def action_summary(self, agent: str, action: object) -> str:
         return tool_action_summary(action)
+
+    def action_classes(self) -> tuple[str, ...]:
+        return (*TOOLS, "answer")
+
+    def action_class(self, agent: str, action: object) -> str | None:
+        return tool_action_class(action, TOOLS, self.max_action_length)
+
+    def episode_stats(self, agent: str) -> dict[str, float]:
+        st = self._tasks.get(agent)
+        if st is None:
+            return {}
+        done = sum(c in st.done for c in st.task.solution)
+        return {"calls": float(len(st.done)), "progress": done / len(st.task.solution)}
 
     def expert_action(self, agent: str) -> str:
         st = self._tasks[agent]

@@ -14,8 +14,11 @@ from pettingzoo.utils.conversions import parallel_to_aec
 
 import comms
 import scenarios
-from comms import ChannelConfig, Topology, neighbours
+from comms import ChannelConfig, CommsWrapper, Topology, neighbours, with_message
+from scenarios import OpponentStyles
+from scenarios.base import CAPABILITIES
 from scenarios.info_split import InfoSplitEnv
+from scenarios.repeated_game import HELDOUT_STYLES, TRAIN_STYLES
 
 CASES = [("tool_use", 3), ("navigation", 3), ("navigation", 5), ("info_split", 4), ("repeated_game", 2),
          ("predator_prey", 4)]
@@ -174,6 +177,45 @@ def test_topology_given_as_graph_or_string():
         comms.wrap(Echo(n_agents=2), "full", {"drop": 0.1})
     with pytest.raises(ValueError, match="ParallelEnv"):
         comms.wrap(object())
+
+
+def test_every_declared_capability_is_forwarded_by_a_method_of_its_own():
+    assert all(name in vars(CommsWrapper) for name in CAPABILITIES)  # never reached through __getattr__
+    pp = scenarios.make("predator_prey", n_agents=4, seed=0)
+    wrapped = comms.wrap(pp, "full")
+    wrapped.reset(seed=1)
+    wrapped.step({a: wrapped.expert_action(a) for a in wrapped.agents})
+    assert [wrapped.team_of(a) for a in wrapped.possible_agents] == ["predator"] * 2 + ["prey"] * 2
+    assert wrapped.action_classes() == pp.action_classes() and wrapped.turn_budget_visible is False
+    assert [wrapped.episode_stats(a) for a in pp.possible_agents] == [pp.episode_stats(a) for a in pp.possible_agents]
+    assert comms.wrap(scenarios.make("repeated_game", n_agents=2)).opponent_styles() == OpponentStyles(
+        TRAIN_STYLES, HELDOUT_STYLES)
+    team = comms.wrap(scenarios.make("info_split", n_agents=3, seed=0), "ring", ChannelConfig(mode="message"))
+    team.reset(seed=2)
+    inner, a = team.unwrapped, team.agents[0]
+    act = inner.expert_action(a)
+    assert team.action_class(a, with_message(act, "Paris")) == inner.action_class(a, act) is not None
+    assert team.expert_turn(a, team.agents[1:]) == inner.expert_turn(a, team.agents[1:])
+    assert team.action_summary(a, act) == inner.action_summary(a, act)
+    assert team.shared_view(a, "you are x\nyou know: event Gala") == "you know: event Gala"
+    echo = Echo(n_agents=2)
+    plain = comms.wrap(echo, "full")
+    plain.reset(seed=0)
+    plain.note_seen("agent_0", "hello")
+    assert echo.noted["agent_0"][-1] == "hello" and plain.turn_budget_visible is True  # the base default
+    assert plain.team_of("agent_0") == "" and plain.action_classes() == () and plain.episode_stats("agent_0") == {}
+
+
+def test_a_parallel_env_that_is_not_a_text_scenario_is_refused():
+    class Texty(ParallelEnv):
+        possible_agents = ["agent_0"]
+
+        def observation_space(self, agent):
+            from gymnasium.spaces import Dict, Text
+            return Dict({"text": Text(10)})
+
+    with pytest.raises(ValueError, match="not a scenarios.base.TextScenario"):
+        comms.wrap(Texty())
 
 
 def test_non_text_env_is_refused_with_a_hint():

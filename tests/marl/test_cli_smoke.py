@@ -92,11 +92,12 @@ def test_config_file_in_equals_form_is_read(tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (["--policy", "expert", "--split", "hrad"], "--split 'hrad'"),
     (["--policy", "expert", "--agents", "99"], "--agents 99"),
-    (["--policy", "oracle"], "--policy 'oracle'"),
+    (["--policy", "oracle"], ("'oracle'", "--policy")),
 ])
 def test_eval_rejects_bad_flags_with_a_message(tmp_path, args, message):
     proc = marl("eval", *args, cwd=tmp_path)
-    assert proc.returncode == 2 and message in proc.stderr
+    fragments = (message,) if isinstance(message, str) else message  # a flag parser may wrap its message
+    assert proc.returncode == 2 and all(f in proc.stderr for f in fragments), proc.stderr
 
 
 def test_eval_of_the_expert_baseline_is_perfect(tmp_path):

@@ -1,6 +1,5 @@
 """Helpers for the competitive scenario tests (repeated_game, bargaining): a plain module like scenario_helpers."""
 
-import json
 
 import numpy as np
 
@@ -30,17 +29,6 @@ def mixed_action(env, agent: str, rng: np.random.Generator):
     if r < 0.8:
         return sample_grammar(env.action_grammar(agent), rng)
     return JUNK[int(rng.integers(len(JUNK)))]
-
-
-def trace(env, seed: int, options: dict | None = None) -> list:
-    """Every observation, reward, info and state() of one episode under mixed actions."""
-    rng = np.random.default_rng(seed)
-    obs, infos = env.reset(seed=seed, options=options)
-    out = [(obs, infos, env.state())]
-    while env.agents:
-        actions = {a: mixed_action(env, a, rng) for a in env.agents}
-        out.append((json.dumps(actions, default=str), *env.step(actions), env.state()))
-    return out
 
 
 def play_expert(env, seed: int, options: dict | None = None) -> dict[str, dict]:

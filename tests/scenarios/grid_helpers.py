@@ -1,13 +1,9 @@
 """Helpers shared by the grid scenario tests (navigation, predator_prey)."""
 
 import json
-import pickle
 import string
-import warnings
 
 import numpy as np
-from pettingzoo.test import api_test, parallel_api_test
-from pettingzoo.utils.conversions import parallel_to_aec
 
 JUNK = [
     None, 3, "", "   ", "garbage", "up", '"up"', "[]", "null", '{"move": 1}', '{"move": "north"}',
@@ -29,37 +25,6 @@ def mixed_action(env, agent: str, rng: np.random.Generator) -> object:
         options = env.action_grammar(agent).expand()
         return options[int(rng.integers(len(options)))]
     return junk_action(rng)
-
-
-def trace(env, seed: int) -> list:
-    """Observations, rewards, infos and state of one episode under seeded mixed actions."""
-    rng = np.random.default_rng(seed)
-    obs, infos = env.reset(seed=seed)
-    out = [(obs, infos, env.state())]
-    while env.agents:
-        actions = {a: mixed_action(env, a, rng) for a in env.agents}
-        out.append((repr(actions), *env.step(actions), env.state(), list(env.agents)))
-    return out
-
-
-def run_api_tests(env_factory) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        parallel_api_test(env_factory(), num_cycles=25)
-        api_test(parallel_to_aec(env_factory()), num_cycles=25)
-
-
-def check_pickle_mid_episode(env, seed: int) -> None:
-    env.reset(seed=seed)
-    for _ in range(2):
-        env.step({a: env.expert_action(a) for a in env.agents})
-    clone = pickle.loads(pickle.dumps(env))
-    assert clone.state() == env.state()
-    while env.agents:
-        actions = {a: env.expert_action(a) for a in env.agents}
-        assert clone.step(actions) == env.step(actions)
-        assert clone.state() == env.state()
-    assert clone.agents == []
 
 
 def random_episodes(make_env, counts: list[int], n_episodes: int, seed: int = 0) -> dict[str, int]:

@@ -1,20 +1,14 @@
-"""The info_split scenario: PettingZoo contracts, determinism, pickling, random play, expert, grammar."""
+"""The info_split scenario: random play, expert, grammar, roles, entities (the contract: test_contract.py)."""
 
 import json
-import pickle
 import re
 import string
-import time
-import warnings
 
 import numpy as np
 import pytest
-from pettingzoo.test import api_test, parallel_api_test
-from pettingzoo.utils.conversions import parallel_to_aec
-from scenario_helpers import mixed_action, play_expert
+from scenario_helpers import play_expert
 
 import scenarios
-from scenarios.base import TRAIN_SEED_LIMIT
 from scenarios.info_split import InfoSplitEnv
 from scenarios.info_split.actions import READ_BOARD
 from scenarios.tool_use.world import KIND_OF, entity_vocabulary
@@ -25,43 +19,7 @@ JUNK = ["", "garbage", "null", "42", "[1, 2]", '{"answer": 7}', '{"tool": "post"
         "S\u00e3o Paulo", "x" * 2000, '{"answer": "Nowhere"}']
 
 
-@pytest.mark.parametrize("n_agents", COUNTS)
-def test_pettingzoo_parallel_api(n_agents):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        parallel_api_test(scenarios.make("info_split", n_agents=n_agents, seed=0), num_cycles=20)
-
-
-@pytest.mark.parametrize("n_agents", COUNTS)
-def test_pettingzoo_aec_api(n_agents):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        api_test(parallel_to_aec(scenarios.make("info_split", n_agents=n_agents, seed=0)), num_cycles=20)
-
-
-def _trace(env, seed: int):
-    rng = np.random.default_rng(seed)
-    obs, infos = env.reset(seed=seed)
-    trace = [(obs, infos, env.state())]
-    while env.agents:
-        actions = {a: mixed_action(env, a, rng) if rng.random() < 0.9 else JUNK[int(rng.integers(len(JUNK)))]
-                   for a in env.agents}
-        trace.append((actions, *env.step(actions), env.state()))
-    return trace
-
-
-@pytest.mark.parametrize("split", InfoSplitEnv.splits)
-@pytest.mark.parametrize("n_agents", [2, 5])
-def test_multi_step_determinism(split, n_agents):
-    for seed in range(4):
-        a = _trace(scenarios.make("info_split", n_agents=n_agents, split=split), seed)
-        b = _trace(scenarios.make("info_split", n_agents=n_agents, split=split), seed)
-        assert a == b
-        assert len(a) > 2
-
-
-def test_constructor_seed_equals_reset_seed_and_task_is_independent_of_team_size():
-    assert scenarios.make("info_split", n_agents=2, seed=7).reset()[0] == scenarios.make("info_split", n_agents=2).reset(seed=7)[0]
+def test_task_is_independent_of_team_size():
     tasks = set()
     for n in COUNTS:
         env = scenarios.make("info_split", n_agents=n, split="hard")
@@ -70,35 +28,12 @@ def test_constructor_seed_equals_reset_seed_and_task_is_independent_of_team_size
     assert len(tasks) == 1
 
 
-def test_eval_seeds_disjoint_from_training_and_each_other():
-    blocks = {s: set(InfoSplitEnv.eval_seeds(s, 1000)) for s in InfoSplitEnv.splits}
-    for split, seeds in blocks.items():
-        assert len(seeds) == 1000 and min(seeds) >= TRAIN_SEED_LIMIT
-        for other, other_seeds in blocks.items():
-            assert other == split or not seeds & other_seeds
-
-
-def test_pickle_round_trip_mid_episode():
-    env = scenarios.make("info_split", n_agents=3, split="hard", seed=4)
-    env.reset()
-    for _ in range(3):
-        env.step({a: env.expert_action(a) for a in env.agents})
-    clone = pickle.loads(pickle.dumps(env))
-    assert clone.state() == env.state()
-    while env.agents:
-        actions = {a: env.expert_action(a) for a in env.agents}
-        assert actions == {a: clone.expert_action(a) for a in clone.agents}
-        assert clone.step(actions) == env.step(actions)
-        assert clone.state() == env.state()
-
-
 def test_thousand_random_episodes_never_raise():
     # Expert, grammar and junk actions mixed; every grammar action is valid, every expert action is
     # in the grammar, and observations and state stay inside their spaces.
     rng = np.random.default_rng(0)
     envs = {n: scenarios.make("info_split", n_agents=n) for n in range(2, 9)}
     printable = set(string.printable)
-    start = time.perf_counter()
     shrank_while_running = False
     for episode in range(1000):
         env = envs[int(rng.integers(2, 9))]
@@ -129,7 +64,6 @@ def test_thousand_random_episodes_never_raise():
                 assert env.state_space.contains(env.state())
                 assert all(env.observation_space(a).contains(o) for a, o in obs.items())
     assert shrank_while_running
-    assert time.perf_counter() - start < 60
 
 
 @pytest.mark.parametrize("split", ["basic", "hard"])

@@ -1,18 +1,10 @@
-"""The predator-prey scenario: PettingZoo contracts, determinism, teams, catching, rewards, expert, grammar."""
+"""The predator-prey scenario: teams, catching, rewards, expert (the contract: test_contract.py)."""
 
-import copy
 import re
 
 import numpy as np
 import pytest
-from grid_helpers import (
-    JUNK,
-    canonical,
-    check_pickle_mid_episode,
-    random_episodes,
-    run_api_tests,
-    trace,
-)
+from grid_helpers import JUNK, canonical, random_episodes
 from scenario_helpers import play_expert
 
 import scenarios
@@ -28,23 +20,6 @@ def _env(n: int = 4, **options) -> PredatorPreyEnv:
 def _place(env: PredatorPreyEnv, cells: dict[str, str]) -> None:
     for agent, token in cells.items():
         env.pos[agent] = int(token[1]) * env.board.size + int(token[2])
-
-
-@pytest.mark.parametrize("n", COUNTS)
-def test_pettingzoo_api(n):
-    run_api_tests(lambda: _env(n, seed=n, split="hard"))
-
-
-@pytest.mark.parametrize("split", PredatorPreyEnv.splits)
-def test_multi_step_determinism(split):
-    for n, seed in ((2, 0), (4, 1), (8, 2)):
-        a = trace(_env(n, split=split, max_turns=10), seed)
-        b = trace(_env(n, split=split, max_turns=10), seed)
-        assert a == b and len(a) > 2
-
-
-def test_pickle_round_trip_mid_episode():
-    check_pickle_mid_episode(_env(6, split="hard"), seed=3)
 
 
 def test_thousand_random_episodes_never_raise():
@@ -168,24 +143,6 @@ def test_malformed_action_is_an_error_observation(action):
     assert infos["agent_0"]["invalid_action"] is True
     assert infos["agent_0"]["reward_components"]["format"] == -1.0
     assert not trunc["agent_0"]
-
-
-def test_grammar_holds_expert_and_only_valid_actions():
-    for n, split in ((2, "basic"), (4, "hard"), (8, "hard")):
-        env = _env(n, split=split)
-        for seed in range(5):
-            env.reset(seed=seed)
-            while env.agents:
-                expert = {a: env.expert_action(a) for a in env.agents}
-                for agent in env.agents:
-                    grammar = env.action_grammar(agent)
-                    assert expert[agent] in grammar
-                    for action in grammar.expand():
-                        probe = copy.deepcopy(env)
-                        _, _, _, _, infos = probe.step({**expert, agent: action})
-                        assert infos[agent]["invalid_action"] is False
-                env.step(expert)
-            assert all(env.action_grammar(a).expand() == [] for a in env.possible_agents)
 
 
 def test_individual_weight_mixes_team_and_individual():

@@ -1,6 +1,5 @@
-"""The tool-use scenario: malformed actions, expert, grammar, faults, multi-agent, entities."""
+"""The tool-use scenario: malformed actions, expert, grammar, faults, multi-agent, entities (the contract: test_contract.py)."""
 
-import copy
 import json
 import re
 import time
@@ -66,15 +65,6 @@ def test_malformed_action_is_an_error_observation(name):
     assert env.agents == ["agent_0"]  # the episode continues
 
 
-def test_non_text_and_missing_actions_do_not_raise():
-    env, _ = _weather_env()
-    for action in (None, 3, {"tool": "get_weather"}):
-        obs, *_ = env.step({"agent_0": action})
-        assert obs["agent_0"]["text"].startswith("error: ")
-    obs, *_ = env.step({})
-    assert obs["agent_0"]["text"].startswith("error: ")
-
-
 def test_whitespace_variants_accepted():
     env, args = _weather_env()
     action = json.dumps({"args": {"day": args["day"], "city": args["city"]}, "tool": "get_weather"}, indent=2)
@@ -92,23 +82,17 @@ def test_expert_solves_every_task(split):
 
 
 @pytest.mark.parametrize("split", ToolUseEnv.splits)
-def test_grammar_actions_are_well_formed_and_contain_expert(split):
+def test_grammar_actions_are_few_and_canonical(split):
+    # That the expert's action is in the grammar and grammar actions are valid: test_contract.py.
     env = scenarios.make("tool_use", split=split)
     for seed in range(12):
         env.reset(seed=seed)
         while env.agents:
-            grammar = env.action_grammar("agent_0")
-            expert = env.expert_action("agent_0")
-            assert expert in grammar
-            options = grammar.expand()
+            options = env.action_grammar("agent_0").expand()
             assert 0 < len(options) <= 500
             for action in options:
-                probe = copy.deepcopy(env)
-                obs, _, _, _, infos = probe.step({"agent_0": action})
-                assert not obs["agent_0"]["text"].startswith("error:"), (action, obs)
-                assert infos["agent_0"]["invalid_action"] is False
                 assert action == json.dumps(json.loads(action))  # canonical json.dumps form
-            env.step({"agent_0": expert})
+            env.step({"agent_0": env.expert_action("agent_0")})
 
 
 def test_families_per_split():
