@@ -188,7 +188,7 @@ def run_sft(
             disable_tqdm=True,
             dataloader_num_workers=0,
             weight_decay=0.0,
-            # Recomputing activations saves memory a tiny model does not need and costs ~40% of a step.
+            # Recomputing activations saves memory a tiny model does not need and costs a large share of a step.
             activation_checkpointing=False,
             # Conversations vary in length several-fold: batching similar lengths cuts padding work.
             train_sampling_strategy="group_by_length",
