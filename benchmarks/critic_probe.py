@@ -23,17 +23,15 @@ import argparse
 import copy
 import pickle
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
-import scenarios
 from marl.engine.advantages import explained_variance
 from marl.engine.critic import Critic, build_critic_model
 from marl.engine.rollout import RolloutBatch, RolloutWorker
-from marl.run.build import load_policy
+from marl.run.build import env_factory, load_policy
 
 
 def returns_to_go(batch: RolloutBatch) -> np.ndarray:
@@ -103,7 +101,7 @@ def main() -> None:
     policy, chat, meta = load_policy(args.checkpoint)
     scenario = meta.scenario
     agents = args.agents or meta.agents
-    make_env = partial(scenarios.make, scenario, n_agents=agents, split="train", **meta.scenario_options)
+    make_env = env_factory(scenario, agents, "train", meta.scenario_options)
     if meta.comms.get("topology", "none") != "none":
         raise SystemExit("this probe plays without comms; train the checkpoint without --comms.topology")
     worker = RolloutWorker(make_env, policy, chat)

@@ -96,7 +96,8 @@ class TextScenario(ParallelEnv):
       text, read from the text alone (``None``: no class, malformed); ``()`` / ``None`` by default.
     - ``turn_budget_visible``: whether the agent is shown its turn budget, so that running out
       of turns is an outcome of the task (terminal) rather than a cut it cannot see
-      (bootstrapped); ``True`` by default, and a scenario that does not show it says ``False``.
+      (bootstrapped); ``False`` by default, as the base class shows no budget: a scenario whose
+      observations state it says ``True``.
     - comms hooks: ``note_seen(agent, text)`` (the agent was shown ``text`` by a teammate;
       no-op), ``expert_turn(agent, audience)`` (the expert's action and what it would say;
       silent), ``action_summary(agent, action)`` (how an action reads to teammates; the text)
@@ -113,7 +114,7 @@ class TextScenario(ParallelEnv):
     max_obs_length: ClassVar[int] = 2048
     max_action_length: ClassVar[int] = 512
     TRAIN_SEED_LIMIT: ClassVar[int] = TRAIN_SEED_LIMIT  # so callers holding only an env can draw training seeds
-    turn_budget_visible: ClassVar[bool] = True
+    turn_budget_visible: ClassVar[bool] = False
     """Whether the agent is shown its turn budget (then ``max_turns`` ends the task; else it is an unseen cut)."""
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,

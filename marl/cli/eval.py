@@ -32,8 +32,7 @@ from policies.random_policy import RandomPolicy
 
 
 def run_eval(args: EvalConfig) -> dict[str, Any]:
-    """Evaluate per `EvalConfig`; returns the JSON-ready figures."""
-    args.validate()
+    """Evaluate per `EvalConfig` (checked when built); returns the JSON-ready figures."""
     meta = read_meta(args.checkpoint) if args.policy == "checkpoint" else None
     scenario = target_scenario(args, meta)
     options = meta.scenario_options if meta is not None and meta.scenario == scenario else {}

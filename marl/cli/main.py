@@ -15,6 +15,7 @@ import sys
 import tyro
 
 from marl.config import CompareConfig, ConfigError, EvalConfig, TrainConfig
+from marl.config.checks import deferred_checks
 from marl.config.files import load_yaml
 from marl.engine.errors import NonFiniteError
 from marl.run.checkpoint import CheckpointError
@@ -43,8 +44,11 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
     finder = argparse.ArgumentParser(add_help=False)
     finder.add_argument("--config")
     known, _ = finder.parse_known_args(argv)  # both `--config FILE` and `--config=FILE`
-    default = load_yaml(known.config) if known.config else TrainConfig()
-    return tyro.cli(TrainConfig, default=default, args=argv, prog="marl train")
+    # Checked once, whole: flags may make a file's values valid, and a value's message names its field.
+    with deferred_checks():
+        default = load_yaml(known.config, check=False) if known.config else TrainConfig()
+        cfg = tyro.cli(TrainConfig, default=default, args=argv, prog="marl train")
+    return cfg.validate()
 
 
 def _train(argv: list[str]) -> int:

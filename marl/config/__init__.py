@@ -13,12 +13,12 @@ It leaves out building anything from a config (`marl.run.build`) and the command
 from marl.config.checks import ConfigError
 from marl.config.commands import CompareConfig, EvalConfig
 from marl.config.sections import (
-           CommsConfig,
-           CriticConfig,
-           PolicyConfig,
-           RLConfig,
-           TrackingConfig,
-           WarmStartConfig,
+    CommsConfig,
+    CriticConfig,
+    PolicyConfig,
+    RLConfig,
+    TrackingConfig,
+    WarmStartConfig,
 )
 from marl.config.train import TrainConfig
 

@@ -7,7 +7,12 @@ a message reads the same whether the value came from a flag, a YAML file or Pyth
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
+
+_CHECKS_DEFERRED: ContextVar[bool] = ContextVar("config_checks_deferred", default=False)
 
 
 class ConfigError(ValueError):
@@ -18,11 +23,13 @@ class SelfChecking:
     """A config dataclass that checks its fields when it is built, and again on `validate()`.
 
     `validate()` only reads fields: it raises `ConfigError` or returns the config unchanged, so it can
-    be called again after fields were changed in Python.
+    be called again after fields were changed in Python. Inside `deferred_checks()` building checks
+    nothing: a YAML file may hold values that only the command-line flags on top of it make valid.
     """
 
     def __post_init__(self) -> None:
-        self.validate()
+        if not _CHECKS_DEFERRED.get():
+            self.validate()
 
     def validate(self) -> SelfChecking:
         raise NotImplementedError
@@ -54,3 +61,13 @@ def within(name: str, value: float, low: float, high: float, why: str = "") -> N
 def one_of(name: str, value: Any, choices: tuple[str, ...], what: str = "") -> None:
     """`value` is one of `choices` (a config's `Literal` options)."""
     require(value in choices, f"{name}={value!r}{what or ' is unknown'}; choose one of {list(choices)}")
+
+
+@contextmanager
+def deferred_checks() -> Iterator[None]:
+    """Configs built inside this block skip their checks (the caller validates the final config)."""
+    token = _CHECKS_DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _CHECKS_DEFERRED.reset(token)

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from marl.config.checks import ConfigError
+from marl.config.checks import ConfigError, deferred_checks
 from marl.config.train import TrainConfig
 
 
@@ -55,15 +55,18 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         raise ConfigError(f"{name}={value!r} must be of type {kind.__name__}") from None
 
 
-def load_yaml(path: str | Path) -> TrainConfig:
-    """Read a YAML config (safe_load only) into a TrainConfig."""
+def load_yaml(path: str | Path, check: bool = True) -> TrainConfig:
+    """Read a YAML config (safe_load only) into a TrainConfig; `check=False` leaves the checks to the caller
+    (command-line flags go on top of the file first)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of config fields at the top level")
-    return from_dict(TrainConfig, data)
+    with deferred_checks():
+        cfg = from_dict(TrainConfig, data)
+    return cfg.validate() if check else cfg
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, str]:

@@ -10,6 +10,7 @@ its critic, a scenario and its agent count) belong to `marl.config.train.TrainCo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from marl.config.checks import (
     ConfigError,
@@ -21,6 +22,11 @@ from marl.config.checks import (
     within,
 )
 from marl.config.choices import Baseline, CommsMode, NormalizeBy, Ratio, StateView, options
+
+OBSERVATION_CHARS = 2048
+"""Characters of an observation (the scenarios' `max_obs_length`) that shared items split evenly by default."""
+MIN_ITEM_CHARS = 64
+"""The least a shared item keeps when the even share would be smaller."""
 
 
 @dataclass
@@ -205,20 +211,30 @@ class CommsConfig(SelfChecking):
     noise: float = 0.0
     """Probability that each character of a shared item is corrupted."""
     budget_chars: int = 0
-    """Characters kept per shared item (0: an even share of the observation, 2048 / agents)."""
+    """Characters kept per shared item (0: an even share of an observation's room, `OBSERVATION_CHARS` / agents, at least `MIN_ITEM_CHARS`)."""
     seed: int = 0
     """Seed of the channel's faults (with the episode seed: identical seeds replay exactly)."""
+
+    def item_budget(self, agents: int) -> int:
+        """Characters kept per shared item for a team of `agents`: `budget_chars`, or the even share."""
+        return self.budget_chars or max(MIN_ITEM_CHARS, OBSERVATION_CHARS // max(agents, 1))
+
+    def channel(self, agents: int) -> Any:
+        """The `comms.ChannelConfig` of this section for a team of `agents` (comms checks its own fields)."""
+        from comms import ChannelConfig
+
+        try:
+            return ChannelConfig(mode=self.mode, drop=self.drop, delay=self.delay, noise=self.noise,
+                                 budget_chars=self.item_budget(agents), seed=self.seed,
+                                 message_values=self.message_values)
+        except ValueError as err:
+            raise ConfigError(f"comms: {err}") from err
 
     def validate(self) -> CommsConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
         one_of("comms.mode", self.mode, options(CommsMode), " is not a channel mode")
         require(self.topology != "none" or self.mode == "observation",
                 f"comms.mode={self.mode!r} needs a graph to send on: set comms.topology (e.g. ring or full)")
-        positive("comms.message_values", self.message_values)
-        within("comms.drop", self.drop, 0.0, 1.0)
-        within("comms.noise", self.noise, 0.0, 1.0)
-        positive("comms.delay", self.delay, allow_zero=True)
-        positive("comms.budget_chars", self.budget_chars, allow_zero=True)
         if self.topology != "none":
             from comms import Topology
 
@@ -226,6 +242,7 @@ class CommsConfig(SelfChecking):
                 Topology.parse(self.topology)
             except ValueError as err:
                 raise ConfigError(f"comms.topology: {err}") from err
+            self.channel(agents=1)
         return self
 
 

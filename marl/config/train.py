@@ -5,13 +5,13 @@ turns these dataclasses into the `marl train` CLI whose help text is those docst
 itself when it is built (`__post_init__`) and again on `validate()` (after fields were changed in
 Python), raising `ConfigError` with a message that says which field to change; checking never
 changes a field. The fields whose default depends on other fields (`agents`, `eval_splits`,
-`tracking.run_name`) stay None until `resolved()` returns a copy with them filled in. YAML files are read into the same
-dataclasses by `marl.config.files`. Left out: curriculum settings.
+`tracking.run_name`) stay None until `resolved()` returns a copy with them filled in. YAML files are
+read into the same dataclasses by `marl.config.files`. Left out: curriculum settings.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -74,17 +74,18 @@ class TrainConfig(SelfChecking):
     """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
 
     def resolved(self) -> TrainConfig:
-        """A copy with the defaults that depend on other fields filled in: `agents`, `eval_splits`, `tracking.run_name`."""
+        """A deep copy with the defaults that depend on other fields filled in: `agents`, `eval_splits`,
+        `tracking.run_name`."""
         import scenarios
 
         info = scenarios.info(self.scenario)
-        agents = info.agent_range[0] if self.agents is None else self.agents
-        splits = self.eval_splits
-        if splits is None:
-            splits = tuple(s for s in info.splits if s != self.train_split)
-        run_name = self.tracking.run_name or f"{self.scenario}-{self.policy.model}-s{self.seed}"
-        return dataclasses.replace(self, agents=agents, eval_splits=splits,
-                                   tracking=dataclasses.replace(self.tracking, run_name=run_name))
+        out = copy.deepcopy(self)
+        if out.agents is None:
+            out.agents = info.agent_range[0]
+        if out.eval_splits is None:
+            out.eval_splits = tuple(s for s in info.splits if s != self.train_split)
+        out.tracking.run_name = out.tracking.run_name or f"{self.scenario}-{self.policy.model}-s{self.seed}"
+        return out
 
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""

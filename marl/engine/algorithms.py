@@ -7,7 +7,9 @@
 | grpo  | none                                     | group baseline over rollouts of one seed, per agent; or a running per-role baseline (`rl.baseline running`, competitive self-play) | yes (group baseline) |
 
 All three share the rollout, the PPO-clip update and the open loss (`marl.engine.learner`); an algorithm
-only decides what reads values and how advantages are formed. Adding one is adding an entry here.
+only decides what reads values and how advantages are formed. Adding one is a name in
+`marl.config.choices.Algo`, what it needs in `ALGORITHM_NEEDS` (config validation reads it) and an
+entry here; a test holds the three equal.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from marl.engine.rollout import RolloutBatch
 
 @dataclass(frozen=True)
 class Algorithm:
-    """An RL algorithm's name, one-line summary and what it needs (`marl.config.choices.ALGORITHM_NEEDS`)."""
+    """An RL algorithm's name, one-line summary and what it needs from the run."""
 
     name: str
     summary: str
@@ -36,11 +38,6 @@ class Algorithm:
     def critic(self) -> str | None:
         """`centralized` (reads the global state), `decentralized` (reads the agent's own view) or None."""
         return self.needs.critic
-
-    @property
-    def needs_groups(self) -> bool:
-        """Needs several rollouts of each task seed (a group baseline)."""
-        return self.needs.needs_groups
 
     @property
     def centralized_critic(self) -> bool:

@@ -1,6 +1,6 @@
 """The one place that builds the parts of a run from a config: scenario, comms, policy, policy map, critic.
 
-`marl train`, `marl eval` and the benchmarks build every part through these functions, so a
+`marl train`, `marl eval` and the benchmarks build their parts through these functions, so a
 scenario is wrapped in comms, a tokenizer is trained (or read from its cache), a policy is built on
 a device and a critic is matched to its algorithm the same way everywhere. A checkpoint is loaded
 from its typed metadata record (`marl.run.checkpoint.CheckpointMeta`), never from a stand-in
@@ -22,7 +22,7 @@ import torch
 
 import comms
 import scenarios
-from marl.config import CommsConfig, ConfigError, PolicyConfig, TrainConfig
+from marl.config import CommsConfig, PolicyConfig, TrainConfig
 from marl.engine import algorithms
 from marl.engine.critic import Critic, build_critic_model
 from marl.engine.policy_map import PolicyMap, policy_id, policy_ids, single
@@ -35,12 +35,6 @@ from policies.presets import build_model
 from policies.tokenizer import load_or_train_tokenizer
 
 EnvFactory = Callable[[], Any]
-
-OBSERVATION_CHARS = 2048
-"""Characters of shared text an agent's observation has room for, split evenly among the team
-when `comms.budget_chars` is 0 (a floor of `MIN_ITEM_CHARS` per item)."""
-MIN_ITEM_CHARS = 64
-
 
 def seed_everything(seed: int) -> None:
     """Seed python's, numpy's and torch's global generators."""
@@ -62,23 +56,13 @@ def train_seeds(rng: np.random.Generator, n: int) -> list[int]:
 
 
 # ----- scenario and comms -----
-def channel_config(sharing: CommsConfig, agents: int) -> Any:
-    """The `comms.ChannelConfig` of a comms section, its per-item budget resolved for the agent count."""
-    budget = sharing.budget_chars or max(MIN_ITEM_CHARS, OBSERVATION_CHARS // max(agents, 1))
-    try:
-        return comms.ChannelConfig(mode=sharing.mode, drop=sharing.drop, delay=sharing.delay, noise=sharing.noise,
-                                   budget_chars=budget, seed=sharing.seed, message_values=sharing.message_values)
-    except ValueError as err:
-        raise ConfigError(f"comms: {err}") from err
-
-
 def env_factory(scenario: str, agents: int, split: str, options: dict[str, Any],
                 sharing: CommsConfig | None = None) -> EnvFactory:
     """A picklable factory of the scenario on `split`, wrapped in comms when `sharing` has a topology."""
     make = partial(scenarios.make, scenario, n_agents=agents, split=split, **options)
     if sharing is None or sharing.topology == "none":
         return make
-    return partial(shared_env, make, sharing.topology, channel_config(sharing, agents))
+    return partial(shared_env, make, sharing.topology, sharing.channel(agents))
 
 
 def shared_env(make: EnvFactory, topology: str, channel: Any) -> Any:
@@ -111,7 +95,10 @@ def new_policy(policy_cfg: PolicyConfig, tokenizer: Any, seed: int) -> LLMPolicy
     """A random-init model of the preset (or the model folder) behind the decoding settings of `policy_cfg`."""
     model = build_model(policy_cfg.model, vocab_size=len(tokenizer), seed=seed,
                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id, router_aux_loss_coef=policy_cfg.router_aux_loss_coef)
+                        eos_token_id=tokenizer.eos_token_id)
+    # Only the config's copy: the model's own coefficient (read by its forward with labels, hence by SFT)
+    # keeps the preset's value; the RL learner takes `policy.router_aux_loss_coef` directly.
+    model.config.router_aux_loss_coef = policy_cfg.router_aux_loss_coef
     model.to(resolve_device(policy_cfg.device))
     return LLMPolicy(model, tokenizer, constrained=policy_cfg.constrained, temperature=policy_cfg.temperature,
                      max_new_tokens=policy_cfg.max_new_tokens)

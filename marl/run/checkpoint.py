@@ -98,13 +98,18 @@ class CheckpointMeta:
         return json.dumps({"format_version": FORMAT_VERSION, **dataclasses.asdict(self)}, indent=2, default=str)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: str = "") -> CheckpointMeta:
-        """The record from its JSON form, with a clear error when a field is missing or unknown."""
+    def from_json(cls, data: Any, where: str = "") -> CheckpointMeta:
+        """The record from its JSON form (format 1 records are upgraded), with a clear error when a field
+        is missing, unknown or of the wrong kind."""
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{where}: metadata must be a JSON object; the checkpoint is damaged")
         data = dict(data)
         version = data.pop("format_version", None)
-        if version != FORMAT_VERSION:
-            raise CheckpointError(f"{where} holds checkpoint format {version}, this version reads {FORMAT_VERSION}: "
-                                  "retrain it, or evaluate it with the version that wrote it")
+        if version == 1:
+            data = _from_format_1(data)
+        elif version != FORMAT_VERSION:
+            raise CheckpointError(f"{where} holds checkpoint format {version}, this version reads {FORMAT_VERSION} "
+                                  "and 1: evaluate it with the version that wrote it, or retrain it")
         names = {f.name for f in dataclasses.fields(cls)}
         missing = sorted(f.name for f in dataclasses.fields(cls) if f.name not in data
                          and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
@@ -112,9 +117,29 @@ class CheckpointMeta:
         if missing or unknown:
             raise CheckpointError(f"{where}: metadata missing {missing} / unknown {unknown}; not a checkpoint of "
                                   "this version")
-        data["tokenizer"] = TokenizerInfo(**data["tokenizer"])
-        data["policies"] = tuple(data["policies"])
-        return cls(**data)
+        try:
+            data["tokenizer"] = TokenizerInfo(**data["tokenizer"])
+            data["policies"] = tuple(data["policies"])
+            return cls(**data)
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(f"{where}: metadata does not read as a checkpoint record ({err})") from None
+
+
+def _from_format_1(old: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 record (untyped: the flattened `policy` section, no tokenizer, critic view or versions)
+    in today's fields; what it never recorded is marked as such."""
+    policy = old.get("policy") or {}
+    ids = old.get("policies") or ["shared"]
+    return {
+        "scenario": old.get("scenario"), "agents": old.get("agents"), "model": policy.get("model", "unrecorded"),
+        "tokenizer": {"kind": "offline-bpe", "size": 0, "merges_budget": int(policy.get("vocab_size", 0))},
+        "policy_mapping": old.get("policy_mapping", "shared"), "policies": ids, "algo": old.get("algo", "grpo"),
+        "critic_view": None if old.get("algo", "grpo") == "grpo" else "unrecorded",
+        "constrained": bool(old.get("constrained", True)), "temperature": float(old.get("temperature", 1.0)),
+        "max_new_tokens": int(old.get("max_new_tokens", 48)), "run_id": str(old.get("run_id", "")),
+        "seed": int(old.get("seed", 0)), "iteration": int(old.get("iteration", 0)),
+        "scenario_options": old.get("scenario_options") or {}, "comms": old.get("comms") or {}, "versions": {},
+    }
 
 
 def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: CheckpointMeta,

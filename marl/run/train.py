@@ -52,12 +52,6 @@ class TrainResult:
     eval: dict[str, float]
 
 
-
-
-
-
-
-
 def comms_metrics(worker: RolloutWorker) -> dict[str, float]:
     """Message statistics summed over the worker's envs (cumulative counts; empty without comms)."""
     totals: dict[str, float] = {}
@@ -81,15 +75,9 @@ def log_topology(cfg: TrainConfig, tr: Tracker, make_env: Any, out_dir: Path) ->
     tr.set_tags({"comms.topology": cfg.comms.topology})
 
 
-
-
-
-
-
-
 def train(cfg: TrainConfig) -> TrainResult:
     """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag."""
-    cfg = cfg.validate().resolved()
+    cfg = cfg.validate().resolved()  # checked once; resolving only fills in defaults
     seed_everything(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     out_root = Path(cfg.output_dir)
@@ -182,8 +170,6 @@ def demos_for(demos: dict[str, list[Any]] | None, owner: dict[str, str], pid: st
     return {key: [demos[key][i] for i in keep] for key in ("input_ids", "assistant_masks")}
 
 
-
-
 def role_function(cfg: TrainConfig, make_env: Any) -> Any:
     """Agent -> normalization key: the agent itself, or its team (`rl.normalize_by role`)."""
     if cfg.rl.normalize_by == "agent":
@@ -196,8 +182,6 @@ def role_function(cfg: TrainConfig, make_env: Any) -> Any:
 
 def _identity(agent: str) -> str:
     return agent
-
-
 
 
 def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any, make_env: Any) -> dict[str, Learner]:

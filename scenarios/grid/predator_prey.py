@@ -24,7 +24,7 @@ cells they reach before any predator); predators are matched to prey (minimum-co
 and step toward the cell their prey's expert is about to step to (ties: the fewest cells left
 to the prey). Predator experts catch every prey expert within the default ``max_turns`` on at
 least 95% of ``basic`` seeds and 80% of ``hard`` seeds (tested for n = 2 and 4 over 200 seeds;
-measured: basic 100% for n = 2..8, hard 88% at n = 2, 97-100% at n = 4..8).
+the measured rates are in docs/results/2026-11-30-scripted-expert-success.md).
 
 **Catching.** After the joint move, a prey at distance 0 or 1 from a predator (on its cell or
 a neighbouring cell; walls block) is caught; every predator within reach shares the credit.

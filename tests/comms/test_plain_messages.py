@@ -184,4 +184,4 @@ def test_plain_word_scenario_passes_the_api_test_in_message_mode():
 
 
 def test_words_is_a_minimal_text_scenario():
-    assert Words.options_cls is ScenarioOptions and Words(n_agents=1).turn_budget_visible is True
+    assert Words.options_cls is ScenarioOptions and Words(n_agents=1).turn_budget_visible is False

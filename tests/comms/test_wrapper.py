@@ -202,7 +202,7 @@ def test_every_declared_capability_is_forwarded_by_a_method_of_its_own():
     plain = comms.wrap(echo, "full")
     plain.reset(seed=0)
     plain.note_seen("agent_0", "hello")
-    assert echo.noted["agent_0"][-1] == "hello" and plain.turn_budget_visible is True  # the base default
+    assert echo.noted["agent_0"][-1] == "hello" and plain.turn_budget_visible is False  # the base default
     assert plain.team_of("agent_0") == "" and plain.action_classes() == () and plain.episode_stats("agent_0") == {}
 
 

@@ -65,3 +65,25 @@ def test_eval_on_another_scenario_is_refused_unless_asked_for(capsys):
         target_scenario(EvalConfig(checkpoint="c", scenario="navigation"), meta)
     assert target_scenario(EvalConfig(checkpoint="c", scenario="navigation", other_scenario=True), meta) == "navigation"
     assert "warning" in capsys.readouterr().err
+
+
+def test_a_format_1_record_is_upgraded(tmp_path):
+    old = {"format_version": 1, "scenario": "navigation", "agents": 3, "run_id": "r0", "seed": 1, "iteration": 4,
+           "scenario_options": {"settle": True}, "comms": {"topology": "none"}, "algo": "ippo",
+           "policy_mapping": "shared", "policies": ["shared"], "policy": {"model": "tiny-moe", "vocab_size": "1024"},
+           "constrained": True, "max_new_tokens": 48, "temperature": 1.0}
+    (tmp_path / META_FILE).write_text(json.dumps(old))
+    meta = read_meta(tmp_path)
+    assert (meta.scenario, meta.agents, meta.model, meta.iteration) == ("navigation", 3, "tiny-moe", 4)
+    assert meta.scenario_options == {"settle": True} and meta.critic_view == "unrecorded" and meta.versions == {}
+
+
+@pytest.mark.parametrize("data", [[1, 2], {"format_version": 2, "tokenizer": {"kind": "x", "colour": 1}}])
+def test_a_record_of_the_wrong_kind_is_refused_not_crashed_on(tmp_path, data):
+    full = json.loads(_meta().to_json())
+    if isinstance(data, dict):
+        full.update(data)
+        data = full
+    (tmp_path / META_FILE).write_text(json.dumps(data))
+    with pytest.raises(CheckpointError):
+        read_meta(tmp_path)

@@ -125,3 +125,16 @@ def test_critic_algorithms_need_no_groups_but_grpo_does():
     cfg.rl.group_size = 1
     cfg.rl.baseline = "running"  # a running per-role baseline needs no groups either
     cfg.validate()
+
+
+def test_flags_can_make_a_yaml_file_valid(tmp_path):
+    from marl.cli import parse_train_args
+
+    path = tmp_path / "c.yaml"
+    path.write_text("rl:\n  group_size: 1\n")  # a group baseline needs 2 rollouts a seed ...
+    with pytest.raises(ConfigError, match="rl.group_size=1"):
+        load_yaml(path)
+    cfg = parse_train_args(["--config", str(path), "--rl.baseline", "running"])  # ... a running one does not
+    assert (cfg.rl.group_size, cfg.rl.baseline) == (1, "running")
+    with pytest.raises(ConfigError, match="rl.group_size=1"):
+        parse_train_args(["--config", str(path)])

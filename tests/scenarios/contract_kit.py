@@ -252,6 +252,29 @@ def _probe_grammar(env: TextScenario, agent: str, expert: dict[str, str], rng: n
         assert not classes or env.action_class(agent, action) in classes, action
 
 
+def check_every_grammar_action(env: TextScenario, seeds: int, limit: int = 512, sample: int = 64) -> None:
+    """Over expert episodes of every split: every action in every live agent's grammar, at every turn, is a
+    valid action with a declared class (all of them up to ``limit`` actions, else ``sample`` drawn at random)."""
+    rng = np.random.default_rng(0)
+    classes = set(env.action_classes())
+    for split in env.splits:
+        for seed in env.eval_seeds(split, seeds):
+            env.reset(seed=seed, options={"split": split})
+            while env.agents:
+                expert = {a: env.expert_action(a) for a in env.agents}
+                for agent in env.agents:
+                    grammar = env.action_grammar(agent)
+                    try:
+                        actions = grammar.expand(limit=limit)
+                    except ValueError:
+                        actions = [sample_grammar(grammar, rng) for _ in range(sample)]
+                    for action in actions:
+                        _, _, _, _, infos = clone(env).step({**expert, agent: action})
+                        assert infos[agent]["invalid_action"] is False, (split, seed, agent, action, infos[agent])
+                        assert not classes or env.action_class(agent, action) in classes, action
+                env.step(expert)
+
+
 def check_expert_episodes(env: TextScenario, seeds: int = 2, succeeds: bool = True) -> None:
     """Whole expert episodes of every split: the expert's action is in the grammar and classed, a sample
     of one agent's grammar actions is valid every turn of the split's first episode (the agent rotates),

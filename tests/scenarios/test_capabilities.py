@@ -50,7 +50,7 @@ def test_defaults_of_a_minimal_scenario():
     assert env.episode_stats("agent_0") == {}
     assert env.action_classes() == () and env.action_class("agent_0", "go") is None
     assert env.note_seen("agent_0", "anything") is None
-    assert env.turn_budget_visible is True
+    assert env.turn_budget_visible is False
     assert env.expert_turn("agent_0", ["agent_1"]) == ("go", None)
     assert env.action_summary("agent_0", "go") == "go" and env.action_summary("agent_0", 3) == "3"
     assert env.shared_view("agent_0", "a\nb") == "a\nb"

@@ -17,6 +17,7 @@ from contract_kit import (
     HOSTILE,
     case_id,
     cases,
+    check_every_grammar_action,
     check_expert_episodes,
     check_hostile_actions,
     check_pickle_mid_episode,
@@ -71,6 +72,13 @@ def test_pickled_mid_episode_clone_continues_identically(case):
 def test_expert_action_is_in_the_grammar_over_whole_episodes(case):
     name, n, options = case
     check_expert_episodes(_maker(name, n, options)(), succeeds=not options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_every_grammar_action_of_every_agent_is_valid(case):
+    name, n, options = case
+    check_every_grammar_action(_maker(name, n, options)(), seeds=3)
 
 
 @pytest.mark.parametrize("name", NAMES)
