@@ -41,9 +41,18 @@ class SequenceScores:
     logprobs: torch.Tensor  # [B, A] float32, 0 where mask is False
     mask: torch.Tensor  # [B, A] bool, True on real action tokens
     entropy: torch.Tensor  # [B, A] entropy of the masked temperature-scaled distribution, 0 on padding
+    log_dist: torch.Tensor | None = None  # [tokens, vocab] log-probs of each span token's masked distribution
+    slots: torch.Tensor | None = None  # [tokens] where each row of `log_dist` lies in the flattened [B, A] grid
     aux_loss: torch.Tensor | None = None  # Switch load-balancing loss (about top_k when balanced)
     router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer [B*T, num_experts]
     expert_load: torch.Tensor | None = None  # [layers, num_experts] fraction of top-k picks, detached
+
+    def per_token(self, values: torch.Tensor) -> torch.Tensor:
+        """A per-row value of `log_dist` ([tokens]) laid out like `logprobs` ([B, A], 0 on padding)."""
+        if self.slots is None:
+            raise ValueError("these scores carry no distributions (log_dist)")
+        grid = torch.zeros(self.logprobs.numel(), device=values.device, dtype=values.dtype)
+        return grid.index_put((self.slots,), values).view_as(self.logprobs)
 
     def expert_load_entropy(self) -> torch.Tensor | None:
         """Mean over layers of the entropy of expert load (log(num_experts) when balanced)."""

@@ -3,8 +3,10 @@
 One right-padded training forward per batch of sequences; the logits that predicted each span
 token are gathered, masked exactly as constrained decoding masked them (free decoding's mask when
 no grammar was used), scaled by the sampling temperature and normalized. Returns per-token
-log-probs, the entropy of those masked distributions, and for MoE models the router logits, the
-Switch load-balancing loss and per-layer expert load. Gradients flow if the caller enables them.
+log-probs, the entropy of those masked distributions, the distributions themselves (so that a KL
+to another policy can be computed exactly over each allowed set), and for MoE models the router
+logits, the Switch load-balancing loss and per-layer expert load. Gradients flow if the caller
+enables them.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def score_spans(
     logprobs = torch.zeros(n_spans * a_max, device=device).index_put((slot_t,), tok_logp).view(n_spans, a_max)
     entropy = torch.zeros(n_spans * a_max, device=device).index_put((slot_t,), entropy_flat).view(n_spans, a_max)
     mask = torch.arange(a_max, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
-    scores = SequenceScores(logprobs=logprobs, mask=mask, entropy=entropy)
+    scores = SequenceScores(logprobs=logprobs, mask=mask, entropy=entropy, log_dist=logp_all, slots=slot_t)
     router = getattr(out, "router_logits", None) if kwargs else None
     if router:
         layers = tuple(r for r in router if isinstance(r, torch.Tensor))

@@ -70,6 +70,17 @@ class Advantages:
         return out
 
 
+def anchored_turns(batch: RolloutBatch) -> np.ndarray:
+    """Per turn: the policy generated it and its episode is not a harness fault, so its KL to the
+    reference and its entropy belong in the loss, whether or not its advantage carries a signal."""
+    anchor = np.zeros(len(batch.turns), dtype=bool)
+    for ep in batch.episodes:
+        if ep.reason not in HARNESS_FAULTS:
+            for i in ep.turns:
+                anchor[i] = bool(batch.turns[i].action_ids)
+    return anchor
+
+
 def group_advantages(episodes: Sequence[Episode], eps: float = 1e-6) -> GroupAdvantages:
     """Group-relative advantages over episodes grouped by (task group, agent)."""
     adv = np.zeros(len(episodes), dtype=np.float64)

@@ -1,9 +1,13 @@
 """The on-policy learner of one policy: a PPO-clip update whose loss is a sum of named terms.
 
 Built-in terms, each logged under its name with the weight it had:
-- `policy`: PPO-clip on the agent's own decision tokens, token-level or sequence-level (GSPO) ratio;
-- `kl`: KL to the frozen reference, weight steered by the adaptive controller;
-- `entropy`: the masked entropy, weight `-entropy_coef` (a bonus);
+- `policy`: PPO-clip on the agent's own decision tokens of turns whose advantage carries a signal,
+  token-level or sequence-level (GSPO) ratio;
+- `kl`: the exact KL(policy || reference) of each decision token's distribution over its allowed set,
+  weight steered by the adaptive controller;
+- `entropy`: the masked entropy, weight `-entropy_coef` (a bonus).
+  `kl` and `entropy` cover every generated turn outside harness faults, also those of groups whose
+  advantages are all zero: a turn that teaches nothing still keeps its anchor;
 - `moe_aux`: the Switch load-balancing loss from router logits;
 - `value`: the critic's loss against its GAE targets (critic-based algorithms), stepped in the
   critic's own minibatches (`Critic.minibatches`, whole teams each): it shares no weight with the
@@ -30,11 +34,11 @@ import torch
 import torch.nn.functional as F
 
 from marl.config import RLConfig
-from marl.engine.advantages import Advantages
+from marl.engine.advantages import Advantages, anchored_turns
 from marl.engine.errors import NonFiniteError
 from marl.engine.losses import (
     AdaptiveKL,
-    kl_to_reference,
+    exact_kl,
     masked_mean,
     ppo_clip_loss,
     sequence_clip_loss,
@@ -162,8 +166,10 @@ class Learner:
         """
         if not train_policy and self.critic is None:
             raise ValueError("a critic-only update needs a critic (critic-free algorithms have none)")
+        anchor = anchored_turns(batch)
+        # Every generated turn keeps its KL and entropy anchor, also in groups whose advantages carry no signal.
         episodes = [e for e, ep in enumerate(batch.episodes)
-                    if any(adv.include[i] and batch.turns[i].action_ids for i in ep.turns)]
+                    if any((adv.include[i] or anchor[i]) and batch.turns[i].action_ids for i in ep.turns)]
         metrics: dict[str, list[float]] = {}
         if not episodes:
             return {"train/skipped_empty_batch": 1.0, "train/kl_coef": self.kl.value,
@@ -177,7 +183,7 @@ class Learner:
             order = self.rng.permutation(len(episodes))
             for chunk in np.array_split(order, min(self.cfg.minibatches, len(episodes))) if train_policy else ():
                 pieces = [episode_sequence(batch, episodes[i]) for i in chunk]
-                for key, value in self._step(batch, adv, pieces, first).items():
+                for key, value in self._step(batch, adv, anchor, pieces, first).items():
                     metrics.setdefault(key, []).append(value)
                 first = False
             if self.critic is not None:
@@ -196,7 +202,7 @@ class Learner:
         out["train/episodes"] = float(len(episodes))
         return out
 
-    def _step(self, batch: RolloutBatch, adv: Advantages, pieces: list[EpisodeSequence],
+    def _step(self, batch: RolloutBatch, adv: Advantages, anchor: np.ndarray, pieces: list[EpisodeSequence],
               first: bool) -> dict[str, float]:
         cfg = self.cfg
         sequences = [p.sequence for p in pieces]
@@ -209,7 +215,10 @@ class Learner:
             ref = self.reference.span_logprobs(sequences, spans, allowed)
         width, device = scores.logprobs.shape[1], scores.logprobs.device
         include = torch.tensor([bool(adv.include[i]) for i in turn_ids], dtype=torch.bool, device=device)
-        mask = decision_mask(turns, width).to(device) & scores.mask.bool() & include[:, None]
+        anchored = torch.tensor([bool(anchor[i]) for i in turn_ids], dtype=torch.bool, device=device)
+        decisions = decision_mask(turns, width).to(device) & scores.mask.bool()
+        mask = decisions & include[:, None]  # the policy term: turns whose advantage carries a signal
+        anchor_mask = decisions & anchored[:, None]  # KL and entropy: every generated turn
         old = padded([t.logprobs for t in turns], width).to(device)
         advantages = torch.tensor([adv.advantages[i] for i in turn_ids], dtype=torch.float32, device=device)
         clip = sequence_clip_loss if cfg.ratio == "sequence" else ppo_clip_loss
@@ -217,8 +226,8 @@ class Learner:
         policy_loss, clip_frac = clip(scores.logprobs, old, advantages, mask, eps)
         terms: dict[str, torch.Tensor] = {
             "policy": policy_loss,
-            "kl": kl_to_reference(scores.logprobs, ref.logprobs.detach(), mask),
-            "entropy": masked_mean(scores.entropy, mask),
+            "kl": masked_mean(scores.per_token(exact_kl(scores.log_dist, ref.log_dist.detach())), anchor_mask),
+            "entropy": masked_mean(scores.entropy, anchor_mask),
         }
         weights = {"policy": 1.0, "kl": self.kl.value, "entropy": -cfg.entropy_coef}
         if scores.aux_loss is not None:

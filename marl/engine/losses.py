@@ -61,10 +61,18 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
     return 0.5 * ((values - returns) ** 2).mean()
 
 
-def kl_to_reference(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(policy || reference) with the non-negative k3 estimator, averaged over the mask."""
-    log_ratio = ref_logprobs - logprobs
-    return masked_mean(torch.exp(log_ratio) - log_ratio - 1.0, mask)
+def exact_kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) per row of two [tokens, vocab] log-prob tables over the same allowed sets.
+
+    Exact, not sampled: the sum runs over every token the mask allowed (entries at -inf in `log_p`
+    are outside it and contribute 0), so its gradient is that of the reverse KL the penalty means,
+    where the sampled k3 estimate inside a loss gives the forward KL's gradient. The vocabulary is
+    small and constrained decoding leaves few tokens allowed, so the sum costs little.
+    """
+    allowed = torch.isfinite(log_p)
+    p = log_p.exp()
+    diff = log_p.masked_fill(~allowed, 0.0) - log_q.masked_fill(~allowed, 0.0)
+    return (p * diff).sum(-1)
 
 
 class AdaptiveKL:

@@ -93,12 +93,10 @@ def build_tokenizer(make_env: EnvFactory, out_dir: Path, policy_cfg: PolicyConfi
 
 def new_policy(policy_cfg: PolicyConfig, tokenizer: Any, seed: int) -> LLMPolicy:
     """A random-init model of the preset (or the model folder) behind the decoding settings of `policy_cfg`."""
+    # One load-balancing weight for SFT (the model's own forward with labels reads it) and RL (the learner).
     model = build_model(policy_cfg.model, vocab_size=len(tokenizer), seed=seed,
                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id)
-    # Only the config's copy: the model's own coefficient (read by its forward with labels, hence by SFT)
-    # keeps the preset's value; the RL learner takes `policy.router_aux_loss_coef` directly.
-    model.config.router_aux_loss_coef = policy_cfg.router_aux_loss_coef
+                        eos_token_id=tokenizer.eos_token_id, router_aux_loss_coef=policy_cfg.router_aux_loss_coef)
     model.to(resolve_device(policy_cfg.device))
     return LLMPolicy(model, tokenizer, constrained=policy_cfg.constrained, temperature=policy_cfg.temperature,
                      max_new_tokens=policy_cfg.max_new_tokens)

@@ -1,11 +1,11 @@
-"""Loss terms: PPO clipping, KL estimator, adaptive KL coefficient."""
+"""Loss terms: PPO clipping, the exact KL over allowed sets, adaptive KL coefficient."""
 
 import math
 
 import pytest
 import torch
 
-from marl.engine.losses import AdaptiveKL, kl_to_reference, ppo_clip_loss, sequence_clip_loss, value_loss
+from marl.engine.losses import AdaptiveKL, exact_kl, ppo_clip_loss, sequence_clip_loss, value_loss
 
 
 def test_ppo_loss_is_clipped_for_positive_advantage():
@@ -20,6 +20,15 @@ def test_ppo_loss_is_clipped_for_positive_advantage():
     assert new.grad[0, 1] != 0
 
 
+def test_clip_fraction_counts_only_the_tokens_in_the_loss():
+    old = torch.zeros(2, 2)
+    new = torch.tensor([[0.0, 0.0], [2.0, 2.0]])  # the second row is far outside the clip range ...
+    mask = torch.tensor([[True, True], [False, False]])  # ... and out of the loss
+    for loss_fn in (ppo_clip_loss, sequence_clip_loss):
+        _, clip_frac = loss_fn(new, old, torch.tensor([1.0, 1.0]), mask, 0.2)
+        assert clip_frac.item() == 0.0
+
+
 def test_masked_tokens_do_not_count():
     old = torch.zeros(1, 3)
     new = torch.tensor([[0.1, 5.0, -5.0]])
@@ -28,11 +37,47 @@ def test_masked_tokens_do_not_count():
     assert torch.isclose(loss, torch.exp(torch.tensor(0.1)))
 
 
-def test_kl_is_zero_at_reference_and_positive_elsewhere():
-    lp = torch.tensor([[-1.0, -2.0]])
-    mask = torch.ones(1, 2, dtype=torch.bool)
-    assert kl_to_reference(lp, lp, mask).item() == 0.0
-    assert kl_to_reference(lp, lp - 0.5, mask).item() > 0.0
+def _masked_log_softmax(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
+def _allowed_sets(rows: int, vocab: int, per_row: int, gen: torch.Generator) -> torch.Tensor:
+    allowed = torch.zeros(rows, vocab, dtype=torch.bool)
+    for r in range(rows):
+        allowed[r, torch.randperm(vocab, generator=gen)[:per_row]] = True
+    return allowed
+
+
+def test_exact_kl_equals_the_sum_over_each_allowed_set():
+    gen = torch.Generator().manual_seed(0)
+    logits_p, logits_q = torch.randn(6, 40, generator=gen), torch.randn(6, 40, generator=gen)
+    allowed = _allowed_sets(6, 40, 5, gen)
+    got = exact_kl(_masked_log_softmax(logits_p, allowed), _masked_log_softmax(logits_q, allowed))
+    for r in range(6):
+        ids = allowed[r].nonzero().squeeze(-1)
+        p = torch.softmax(logits_p[r, ids].double(), -1)
+        q = torch.softmax(logits_q[r, ids].double(), -1)
+        assert got[r].item() == pytest.approx(float((p * (p / q).log()).sum()), rel=1e-5)
+    same = _masked_log_softmax(logits_p, allowed)
+    assert torch.allclose(exact_kl(same, same), torch.zeros(6))
+
+
+def test_exact_kl_gradient_is_the_analytic_kls():
+    # Autograd of the analytic KL(p || q) between categoricals on the allowed ids alone, against the
+    # gradient through exact_kl over the full vocabulary with the rest masked: the same, and finite.
+    gen = torch.Generator().manual_seed(1)
+    logits_p = torch.randn(4, 30, generator=gen, requires_grad=True)
+    logits_q = torch.randn(4, 30, generator=gen)
+    allowed = _allowed_sets(4, 30, 6, gen)
+    exact_kl(_masked_log_softmax(logits_p, allowed), _masked_log_softmax(logits_q, allowed)).sum().backward()
+    ours = logits_p.grad.clone()
+    logits_p.grad = None
+    ids = torch.stack([allowed[r].nonzero().squeeze(-1) for r in range(4)])
+    p = torch.distributions.Categorical(logits=logits_p.gather(1, ids))
+    q = torch.distributions.Categorical(logits=logits_q.gather(1, ids))
+    torch.distributions.kl_divergence(p, q).sum().backward()
+    assert torch.isfinite(ours).all() and torch.allclose(ours, logits_p.grad, atol=1e-6)
+    assert (ours[~allowed] == 0).all()
 
 
 def test_adaptive_kl_moves_towards_target():

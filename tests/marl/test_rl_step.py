@@ -101,6 +101,28 @@ def test_update_changes_policy_not_reference(setup):
     assert metrics["moe/aux_loss"] > 0
 
 
+def test_turns_without_a_signal_keep_their_kl_anchor(setup):
+    # Every group with zero advantage variance: no policy-gradient signal at all. A policy that drifted
+    # from its reference is still pulled back by the KL term over those turns, and their entropy is logged.
+    cfg, make_env, tokenizer, model, _ = setup
+    policy = LLMPolicy(copy.deepcopy(model), tokenizer)
+    reference = reference_of(policy)
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect(list(range(8)), sample_seed=2)
+    adv = per_turn(batch, group_advantages(batch.episodes))  # one rollout per seed: no group has a signal
+    assert not adv.include.any()
+    rl = copy.deepcopy(cfg.rl)
+    rl.kl_coef, rl.target_kl, rl.learning_rate, rl.minibatches = 1.0, 0.0, 1e-3, 1
+    learner = Learner(policy, reference, rl, aux_coef=0.0)
+    first = learner.update(batch, adv)
+    assert first["train/decision_tokens"] == 0 and first["train/entropy"] > 0 and first["train/kl"] > 0
+    for _ in range(3):
+        last = learner.update(batch, adv)
+    assert last["train/kl"] < first["train/kl"]
+
+
 def test_nan_loss_skips_the_step_then_aborts(setup, monkeypatch):
     cfg, make_env, tokenizer, model, _ = setup
     policy = LLMPolicy(copy.deepcopy(model), tokenizer)

@@ -104,3 +104,17 @@ def test_perturbed_demonstrations_show_recovery_and_never_teach_the_slip(tmp_pat
         bad = TrainConfig()
         bad.sft.demo_noise = 1.0
         bad.validate()
+
+
+def test_sft_weighs_load_balancing_by_the_configs_coefficient(tmp_path):
+    # The model's own loss with labels (what SFT minimizes) adds coef * aux: that coef is the config's.
+    cfg = TrainConfig(seed=0)
+    cfg.policy.tokenizer_episodes, cfg.policy.router_aux_loss_coef = 100, 0.123
+    make_env = partial(scenarios.make, "tool_use", split="train")
+    tokenizer, model, _ = build_policy(cfg, make_env, Path(tmp_path), np.random.default_rng(0))
+    x = torch.tensor([list(range(3, 40))], device=model.device)
+    with torch.no_grad():
+        out = model(input_ids=x, labels=x, output_router_logits=True)
+        plain = model(input_ids=x, labels=x).loss  # no router logits: the causal-LM loss alone
+    assert out.aux_loss is not None and out.aux_loss > 0
+    assert out.loss.item() == pytest.approx(plain.item() + 0.123 * out.aux_loss.item(), rel=1e-5)
