@@ -14,8 +14,9 @@ gradient spikes, Dr. MAS). Endings (DESIGN.md): `success`/`failure` are terminal
 the last turn is 0); `max_turns` is a truncation: GAE bootstraps from the critic's value of the
 state the agent was left in, while the critic-free baselines count it with the reward earned so
 far (running out of turns is the agent's doing and there is no value to bootstrap from);
-`timeout`/`error` are harness faults: every turn of such an episode is out of the loss, of the
-group statistics and of the normalization, and counted. Agents that finished early simply have no
+`timeout`/`error` are harness faults: every turn of such an episode, and in a team that shares one
+outcome every teammate's (`Episode.harness_fault`), is out of the loss, of the group statistics and
+of the normalization, and counted. Agents that finished early simply have no
 turns after their end, so nothing of theirs is padded into later steps (the active mask is the
 turn list itself).
 """
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marl.engine.rollout import HARNESS_FAULTS, Episode, RolloutBatch
+from marl.engine.rollout import Episode, RolloutBatch
 
 TERMINAL_REASONS = frozenset({"success", "failure"})
 
@@ -75,7 +76,7 @@ def anchored_turns(batch: RolloutBatch) -> np.ndarray:
     reference and its entropy belong in the loss, whether or not its advantage carries a signal."""
     anchor = np.zeros(len(batch.turns), dtype=bool)
     for ep in batch.episodes:
-        if ep.reason not in HARNESS_FAULTS:
+        if not ep.harness_fault:
             for i in ep.turns:
                 anchor[i] = bool(batch.turns[i].action_ids)
     return anchor
@@ -88,7 +89,7 @@ def group_advantages(episodes: Sequence[Episode], eps: float = 1e-6) -> GroupAdv
     members: dict[tuple[int, str], list[int]] = defaultdict(list)
     faults = 0
     for idx, ep in enumerate(episodes):
-        if ep.reason in HARNESS_FAULTS:
+        if ep.harness_fault:
             faults += 1
             continue
         members[(ep.group, ep.agent)].append(idx)
@@ -135,7 +136,7 @@ class RunningBaseline:
         by_role: dict[str, list[int]] = defaultdict(list)
         faults = 0
         for idx, ep in enumerate(episodes):
-            if ep.reason in HARNESS_FAULTS:
+            if ep.harness_fault:
                 faults += 1
                 continue
             by_role[role_of(ep.agent)].append(idx)
@@ -180,7 +181,7 @@ def gae(rewards: Sequence[float], values: Sequence[float], bootstrap: float, gam
 
 def bootstrap_needed(ep: Episode) -> bool:
     """Whether an episode's last turn is followed by a state whose value the critic must supply."""
-    return ep.reason not in TERMINAL_REASONS and ep.reason not in HARNESS_FAULTS
+    return ep.reason not in TERMINAL_REASONS and not ep.harness_fault
 
 
 def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
@@ -212,7 +213,7 @@ def gae_advantages(
     faults = 0
     by_key: dict[str, list[int]] = defaultdict(list)
     for e, ep in enumerate(batch.episodes):
-        if ep.reason in HARNESS_FAULTS:
+        if ep.harness_fault:
             faults += 1
             continue
         if not ep.turns:

@@ -81,6 +81,15 @@ class Episode:
     """The agent's team where the scenario has teams (its `team_of`), else empty."""
     stats: dict[str, float] = field(default_factory=dict)
     """The scenario's `episode_stats(agent)` when the agent's episode ended (empty where it measures none)."""
+    teammate_fault: bool = False
+    """A teammate's episode ended in a harness fault, and this team shares one outcome (see
+    `mark_harness_faults`)."""
+
+    @property
+    def harness_fault(self) -> bool:
+        """Out of the loss and of every baseline: a harness fault (`timeout`, `error`) ended it, or a
+        teammate's, where agents share one outcome (a cooperative team; a team of a mixed scenario)."""
+        return self.reason in HARNESS_FAULTS or self.teammate_fault
 
 
 @dataclass
@@ -235,10 +244,25 @@ class RolloutWorker:
             env_s += time.perf_counter() - t0
         else:
             raise RuntimeError(f"rollout did not end within {max_loops} turns: the scenario's max_turns is not enforced")
+        mark_harness_faults(episodes, [env.unwrapped.kind for env in envs])
         reused = sum(c.reused_tokens for c in (turn_caches or {}).values())
         return RolloutBatch(turns=turns, episodes=episodes, generated_tokens=tokens, env_steps=steps,
                             seconds=time.perf_counter() - start, generate_seconds=gen_s, env_seconds=env_s,
                             reused_prompt_tokens=reused)
+
+
+def mark_harness_faults(episodes: Sequence[Episode], kinds: Sequence[str]) -> None:
+    """Set `harness_fault` on every episode a harness fault touched: its own, and where teammates share
+    one outcome, every agent-episode of the team (the whole env in a cooperative scenario, the same
+    team of a mixed one): what the team achieved was shaped by the fault, not by its play alone."""
+    def fate(ep: Episode) -> tuple[int, str]:
+        kind = kinds[ep.env]
+        shared = kind == "cooperative" or (kind == "mixed" and ep.team)
+        return (ep.env, ep.team if kind == "mixed" else "") if shared else (ep.env, f"agent:{ep.agent}")
+
+    touched = {fate(ep) for ep in episodes if ep.reason in HARNESS_FAULTS}
+    for ep in episodes:
+        ep.teammate_fault = ep.reason not in HARNESS_FAULTS and fate(ep) in touched
 
 
 def team_name(env: Any, agent: str) -> str:
