@@ -1,0 +1,122 @@
+"""The pairings an update relies on: each row's advantage and old logprobs after shuffling and minibatching,
+each critic read and its target, the decision mask, and the entropy the learner logs.
+
+A pairing bug trains silently on the wrong numbers, so each test gives every turn a value of its own
+and checks that the value arrives where its turn is scored.
+"""
+
+import copy
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import scenarios
+from marl.config import TrainConfig
+from marl.engine import learner as learner_module
+from marl.engine.advantages import Advantages
+from marl.engine.critic import Critic
+from marl.engine.learner import Learner, decision_mask
+from marl.engine.rollout import RolloutWorker, Turn
+from marl.run.build import build_policy, frozen_reference
+from policies.chat import ChatFormat
+from policies.value_model import build_value_model
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory):
+    cfg = TrainConfig(scenario="info_split", agents=2, seed=0)
+    cfg.policy.tokenizer_episodes = 60
+    make_env = partial(scenarios.make, "info_split", n_agents=2, split="train")
+    tokenizer, _, policy = build_policy(cfg, make_env, Path(tmp_path_factory.mktemp("runs")),
+                                        np.random.default_rng(0))
+    batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect(list(range(6)), sample_seed=4)
+    return cfg, tokenizer, policy, batch
+
+
+def _distinct_advantages(batch) -> Advantages:
+    n = len(batch.turns)
+    return Advantages(advantages=np.arange(1, n + 1, dtype=np.float64) / n, include=np.ones(n, dtype=bool),
+                      returns=np.arange(n, dtype=np.float64) * 10.0)
+
+
+def test_every_row_gets_its_own_turns_advantage_and_old_logprobs(played, monkeypatch):
+    cfg, _, policy, batch = played
+    adv = _distinct_advantages(batch)
+    seen: list[tuple[torch.Tensor, torch.Tensor, list[int]]] = []
+    context: dict = {}
+    real = learner_module.ppo_clip_loss
+
+    def spy(logprobs, old, advantages, mask, eps):
+        seen.append((old.detach().cpu(), advantages.detach().cpu(), list(context["turn_ids"])))
+        return real(logprobs, old, advantages, mask, eps)
+
+    monkeypatch.setattr(learner_module, "ppo_clip_loss", spy)
+    rl = copy.deepcopy(cfg.rl)
+    rl.minibatches, rl.epochs = 3, 2
+    learner = Learner(copy.deepcopy(policy), frozen_reference(policy), rl, aux_coef=0.0, seed=7)
+    real_step = learner._step  # the rows of a minibatch, in the order the learner scores them
+
+    def step(batch_, adv_, anchor, pieces, first):
+        context["turn_ids"] = [i for p in pieces for i in p.turn_ids]
+        return real_step(batch_, adv_, anchor, pieces, first)
+
+    monkeypatch.setattr(learner, "_step", step)
+    learner.update(batch, adv)
+    assert len(seen) == 6  # 3 minibatches x 2 epochs, each in its own shuffled order
+    orders = [ids for _, _, ids in seen]
+    assert len({tuple(o) for o in orders}) > 1
+    covered = sorted(i for ids in orders[:3] for i in ids)
+    assert covered == sorted(i for i, t in enumerate(batch.turns) if t.action_ids)
+    for old, advantages, ids in seen:
+        for row, i in enumerate(ids):
+            assert advantages[row].item() == pytest.approx(adv.advantages[i])
+            n = len(batch.turns[i].logprobs)
+            assert torch.allclose(old[row, :n], torch.tensor(batch.turns[i].logprobs))
+
+
+def test_every_critic_read_meets_its_own_turns_target(played, monkeypatch):
+    _, tokenizer, policy, batch = played
+    model = build_value_model("tiny-critic", len(tokenizer), tokenizer.pad_token_id)
+    critic = Critic(model, tokenizer, ChatFormat(tokenizer), centralized=False, learning_rate=1e-3,
+                    max_grad_norm=1.0, minibatches=2)
+    episodes = list(range(len(batch.episodes)))
+    inputs = critic.inputs(batch, episodes)
+    # The value before turn t reads the last token of exactly that turn's prompt.
+    flat = [(row, pos) for row, positions in enumerate(inputs.positions) for pos in positions]
+    for (row, pos), read in zip(flat, inputs.turns, strict=True):
+        if read >= 0:
+            assert inputs.sequences[row][: pos + 1] == batch.turns[read].prompt_ids
+    # Values stand in for their read's turn index; the loss must pair each with that turn's target (10 x).
+    monkeypatch.setattr(critic, "predict", lambda inp: torch.tensor([float(max(t, 0)) for t in inp.turns],
+                                                                    requires_grad=True))
+    pairs = []
+    monkeypatch.setattr(learner_module, "value_loss",
+                        lambda values, targets: pairs.append((values.detach(), targets)) or (values * 0).sum())
+    monkeypatch.setattr(critic, "step", lambda: 0.0)
+    learner = Learner(policy, frozen_reference(policy), TrainConfig().rl, aux_coef=0.0, critic=critic)
+    learner._critic_step(batch, _distinct_advantages(batch), episodes)
+    values, targets = pairs[0]
+    assert len(values) > 0 and torch.allclose(targets, values * 10.0)
+
+
+def test_the_decision_mask_marks_exactly_the_tokens_with_a_choice():
+    turns = [Turn(0, [1], [5, 6, 7], [0.0, -0.5, -1.0], [[5], [6, 9], [7, 8, 3]], 0.0, False),
+             Turn(0, [1], [4, 2], [-0.1, -0.2], None, 0.0, False)]  # free decoding: every token chose
+    assert decision_mask(turns, 4).tolist() == [[False, True, True, False], [True, True, False, False]]
+
+
+def test_the_entropy_is_that_of_the_masked_temperature_scaled_distribution(played):
+    _, _, policy, batch = played
+    turn = next(t for t in batch.turns if t.allowed and any(len(a) > 1 for a in t.allowed))
+    with torch.no_grad():
+        scores = policy.span_logprobs([turn.prompt_ids + turn.action_ids], [[(len(turn.prompt_ids),
+                                       len(turn.action_ids))]], [[turn.allowed]])
+        ids = torch.tensor([turn.prompt_ids + turn.action_ids], device=policy.device)
+        logits = policy.model(input_ids=ids).logits[0].float() / policy.temperature
+    for j, allowed in enumerate(turn.allowed):
+        row = logits[len(turn.prompt_ids) + j - 1, allowed]
+        p = torch.softmax(row.double(), -1)
+        assert scores.entropy[0, j].item() == pytest.approx(float(-(p * p.log()).sum()), abs=1e-4)
