@@ -117,6 +117,8 @@ class RLConfig(SelfChecking):
     """Passes over each iteration's batch."""
     minibatches: int = 2
     """Minibatches per epoch (the PPO ratio departs from 1 from the second minibatch on)."""
+    micro_batch_tokens: int = 8192
+    """Most padded tokens per training forward: a minibatch is scored in micro-batches this size whose gradients add up to the minibatch's, so the update's memory is bounded by it, not by the batch (0: one forward per minibatch)."""
     clip_eps: float = 0.2
     """PPO clip range of the token-level importance ratio."""
     ratio: Ratio = "token"
@@ -155,6 +157,7 @@ class RLConfig(SelfChecking):
         one_of("rl.baseline", self.baseline, options(Baseline))
         one_of("rl.ratio", self.ratio, options(Ratio), " is not an importance ratio (token: PPO, sequence: GSPO)")
         one_of("rl.normalize_by", self.normalize_by, options(NormalizeBy))
+        positive("rl.micro_batch_tokens", self.micro_batch_tokens, allow_zero=True)
         for name in ("tasks_per_iteration", "group_size", "learning_rate", "epochs", "minibatches", "max_grad_norm",
                      "max_nonfinite_streak", "ptx_batch_size", "sequence_clip_eps"):
             positive(f"rl.{name}", getattr(self, name))

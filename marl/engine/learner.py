@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,72 +44,9 @@ from marl.engine.losses import (
     sequence_clip_loss,
     value_loss,
 )
-from marl.engine.rollout import Episode, RolloutBatch, Turn
+from marl.engine.rollout import RolloutBatch
+from marl.engine.sequences import EpisodeSequence, decision_mask, episode_sequence, micro_batches, padded
 from policies.router_stats import load_entropy
-
-
-def decision_mask(turns: list[Turn], width: int) -> torch.Tensor:
-    """(B, width) mask of tokens where more than one token was allowed (all tokens when unconstrained)."""
-    mask = torch.zeros(len(turns), width, dtype=torch.bool)
-    for row, turn in enumerate(turns):
-        n = len(turn.action_ids)
-        if turn.allowed is None:
-            mask[row, :n] = True
-        else:
-            mask[row, :n] = torch.tensor([len(a) > 1 for a in turn.allowed], dtype=torch.bool)
-    return mask
-
-
-@dataclass
-class EpisodeSequence:
-    """One agent-episode as a single token sequence with the (start, length) span of each action."""
-
-    episode: int
-    sequence: list[int]
-    spans: list[tuple[int, int]]
-    turns: list[Turn]
-    turn_ids: list[int]
-
-
-def episode_sequence(batch: RolloutBatch, episode: int) -> EpisodeSequence:
-    """Rebuild an episode's full sequence from its turns, checking the prefix property on the way."""
-    turn_ids = [i for i in batch.episodes[episode].turns if batch.turns[i].action_ids]
-    turns = [batch.turns[i] for i in turn_ids]
-    last = turns[-1]
-    sequence = list(last.prompt_ids) + list(last.action_ids)
-    spans = []
-    for t in turns:
-        start, end = len(t.prompt_ids), len(t.prompt_ids) + len(t.action_ids)
-        if sequence[:start] != t.prompt_ids or sequence[start:end] != t.action_ids:
-            raise ValueError(f"episode {episode}: a turn's prompt is not a prefix of the next one; the chat "
-                             "format must append to the conversation, never rewrite it")
-        spans.append((start, len(t.action_ids)))
-    return EpisodeSequence(episode, sequence, spans, turns, turn_ids)
-
-
-def padded(rows: list[list[float]], width: int) -> torch.Tensor:
-    out = torch.zeros(len(rows), width, dtype=torch.float32)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
-    return out
-
-
-def subset(batch: RolloutBatch, keep: Callable[[Episode], bool]) -> RolloutBatch:
-    """The episodes `keep` selects, with their turns, re-indexed into a batch of their own."""
-    turns: list[Turn] = []
-    episodes: list[Episode] = []
-    for ep in batch.episodes:
-        if not keep(ep):
-            continue
-        e = len(episodes)
-        ids = []
-        for i in ep.turns:
-            t = batch.turns[i]
-            ids.append(len(turns))
-            turns.append(Turn(e, t.prompt_ids, t.action_ids, t.logprobs, t.allowed, t.reward, t.invalid, t.state))
-        episodes.append(replace(ep, turns=ids))
-    return RolloutBatch(turns, episodes, batch.generated_tokens, batch.env_steps, batch.seconds,
-                        batch.generate_seconds, batch.env_seconds)
 
 
 @dataclass
@@ -204,6 +141,59 @@ class Learner:
 
     def _step(self, batch: RolloutBatch, adv: Advantages, anchor: np.ndarray, pieces: list[EpisodeSequence],
               first: bool) -> dict[str, float]:
+        """One optimizer step over a minibatch, scored in micro-batches of at most `rl.micro_batch_tokens`
+        padded tokens whose gradients add up to the whole minibatch's (memory bounded by the budget)."""
+        cfg = self.cfg
+        # The minibatch's token and row counts, known before any forward: every micro-batch divides its
+        # sums by them, so the accumulated token means are the minibatch's, not a mean of means.
+        turns = [t for p in pieces for t in p.turns]
+        turn_ids = [i for p in pieces for i in p.turn_ids]
+        decisions = decision_mask(turns, max(len(t.action_ids) for t in turns))
+        policy_rows = decisions & torch.tensor([bool(adv.include[i]) for i in turn_ids])[:, None]
+        totals = {"policy": float(policy_rows.sum() if cfg.ratio == "token" else policy_rows.any(-1).sum()),
+                  "tokens": float(policy_rows.sum()),
+                  "anchor": float((decisions & torch.tensor([bool(anchor[i]) for i in turn_ids])[:, None]).sum()),
+                  "padded": float(sum(len(p.sequence) for p in pieces))}
+        self.optimizer.zero_grad(set_to_none=True)
+        out: dict[str, float] = {"train/decision_tokens": totals["tokens"]}
+        loads = []
+        finite = True
+        for k, part in enumerate(micro_batches(pieces, cfg.micro_batch_tokens)):
+            terms, weights, figures, load = self._micro_terms(batch, adv, anchor, part, totals, with_ptx=k == 0)
+            loss = sum(weights[name] * value for name, value in terms.items())
+            for key, value in {**figures, "train/loss": float(loss.item())}.items():
+                out[key] = out.get(key, 0.0) + value
+            for name, value in terms.items():
+                key = {"ptx": "train/ptx_loss", "moe_aux": "moe/aux_loss"}.get(name, f"train/{name}")
+                key = f"loss/{name}" if name in self.extra_terms else key
+                key = "train/policy_loss" if name == "policy" else key
+                out[key] = out.get(key, 0.0) + value.item()
+                out[f"loss_weight/{name}"] = float(weights[name])
+            if load is not None:
+                loads.append(load)
+            if not torch.isfinite(loss):
+                finite = False
+                break
+            loss.backward()
+        if first:  # before any update: the gap is the rollout/training mismatch alone (MoE routing, padding)
+            out["moe/rollout_train_logprob_gap"] = out["train/logprob_gap"]
+        if loads:
+            self._expert_load_metrics(torch.stack(loads).sum(0), out)
+        if not finite:
+            return self._skip(out)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.max_grad_norm)
+        out["train/grad_norm"] = float(grad_norm)
+        if not math.isfinite(float(grad_norm)):
+            return self._skip(out)
+        self.optimizer.step()
+        self.nonfinite_streak = 0
+        self.updates += 1
+        return out
+
+    def _micro_terms(self, batch: RolloutBatch, adv: Advantages, anchor: np.ndarray, pieces: list[EpisodeSequence],
+                     totals: dict[str, float], with_ptx: bool) -> tuple[dict, dict, dict, torch.Tensor | None]:
+        """One micro-batch's share of every loss term (token means over the minibatch's `totals`), their
+        weights, its additive figures and its expert load (None without a router)."""
         cfg = self.cfg
         sequences = [p.sequence for p in pieces]
         spans = [p.spans for p in pieces]
@@ -223,60 +213,34 @@ class Learner:
         advantages = torch.tensor([adv.advantages[i] for i in turn_ids], dtype=torch.float32, device=device)
         clip = sequence_clip_loss if cfg.ratio == "sequence" else ppo_clip_loss
         eps = cfg.sequence_clip_eps if cfg.ratio == "sequence" else cfg.clip_eps
-        policy_loss, clip_frac = clip(scores.logprobs, old, advantages, mask, eps)
+        policy_loss, clip_frac = clip(scores.logprobs, old, advantages, mask, eps, totals["policy"])
+        kl = scores.per_token(exact_kl(scores.log_dist, ref.log_dist.detach()))
         terms: dict[str, torch.Tensor] = {
             "policy": policy_loss,
-            "kl": masked_mean(scores.per_token(exact_kl(scores.log_dist, ref.log_dist.detach())), anchor_mask),
-            "entropy": masked_mean(scores.entropy, anchor_mask),
+            "kl": masked_mean(kl, anchor_mask, totals["anchor"]),
+            "entropy": masked_mean(scores.entropy, anchor_mask, totals["anchor"]),
         }
         weights = {"policy": 1.0, "kl": self.kl.value, "entropy": -cfg.entropy_coef}
-        if scores.aux_loss is not None:
-            terms["moe_aux"], weights["moe_aux"] = scores.aux_loss, self.aux_coef
-        out: dict[str, float] = {}
-        if self.demos is not None:
+        share = sum(len(s) for s in sequences) / totals["padded"]  # of the minibatch's tokens
+        if scores.aux_loss is not None:  # a mean over this forward's tokens: weighted by their share
+            terms["moe_aux"], weights["moe_aux"] = scores.aux_loss * share, self.aux_coef
+        if self.demos is not None and with_ptx:
             terms["ptx"], weights["ptx"] = self._ptx_term(device), cfg.ptx_coef
         ctx = StepContext(batch, adv, pieces, turn_ids, scores, mask)
-        for name, (fn, weight) in self.extra_terms.items():
-            terms[name], weights[name] = fn(ctx), weight
-        loss = sum(weights[k] * v for k, v in terms.items())
-        gap = masked_mean((scores.logprobs.detach() - old).abs(), mask).item()
-        out.update({
-            "train/policy_loss": terms["policy"].item(),
-            "train/kl": terms["kl"].item(),
-            "train/entropy": terms["entropy"].item(),
-            "train/clip_frac": clip_frac.item(),
-            "train/loss": float(loss.item()),
-            "train/logprob_gap": gap,
-            "train/decision_tokens": float(mask.sum().item()),
-        })
-        if first:  # before any update: the gap is the rollout/training mismatch alone (MoE routing, padding)
-            out["moe/rollout_train_logprob_gap"] = gap
-        for name, value in terms.items():
-            if name == "ptx":
-                out[f"train/{name}_loss"] = value.item()
-            elif name == "moe_aux":
-                out["moe/aux_loss"] = value.item()
-            elif name in self.extra_terms:
-                out[f"loss/{name}"] = value.item()
-            out[f"loss_weight/{name}"] = float(weights[name])
-        if scores.expert_load is not None:
-            entropies = [load_entropy(layer[None]).item() for layer in scores.expert_load]
-            out["moe/expert_load_entropy"] = float(np.mean(entropies))
-            for i, layer in enumerate(scores.expert_load):
-                out[f"moe/expert_load_entropy/layer_{i}"] = entropies[i]
-                out[f"moe/expert_load_max/layer_{i}"] = float(layer.max().item())
-        self.optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
-            return self._skip(out)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.max_grad_norm)
-        out["train/grad_norm"] = float(grad_norm)
-        if not math.isfinite(float(grad_norm)):
-            return self._skip(out)
-        self.optimizer.step()
-        self.nonfinite_streak = 0
-        self.updates += 1
-        return out
+        for name, (fn, weight) in self.extra_terms.items():  # an added term is a mean over its micro-batch
+            terms[name], weights[name] = fn(ctx) * share, weight
+        gap = masked_mean((scores.logprobs.detach() - old).abs(), mask, totals["tokens"]).item()
+        figures = {"train/clip_frac": clip_frac.item(), "train/logprob_gap": gap}
+        load = None if scores.expert_load is None else scores.expert_load * share
+        return terms, weights, figures, load
+
+    def _expert_load_metrics(self, load: torch.Tensor, out: dict[str, float]) -> None:
+        """Expert load per MoE layer ([layers, experts], summed over micro-batches by token share)."""
+        entropies = [load_entropy(layer[None]).item() for layer in load]
+        out["moe/expert_load_entropy"] = float(np.mean(entropies))
+        for i, layer in enumerate(load):
+            out[f"moe/expert_load_entropy/layer_{i}"] = entropies[i]
+            out[f"moe/expert_load_max/layer_{i}"] = float(layer.max().item())
 
     def _critic_step(self, batch: RolloutBatch, adv: Advantages, episodes: list[int]) -> dict[str, float]:
         """One critic step on the `value` term over the given agent-episodes."""

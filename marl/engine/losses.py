@@ -10,36 +10,45 @@ from __future__ import annotations
 import torch
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of `values` where `mask` is true (0 when nothing is selected)."""
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, denominator: float | None = None) -> torch.Tensor:
+    """Mean of `values` where `mask` is true (0 when nothing is selected).
+
+    With `denominator` the sum is divided by it instead of by the mask's count: a micro-batch's share
+    of the mean over a whole minibatch, so that the shares' gradients add up to the minibatch's.
+    """
     mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    count = mask.sum().clamp_min(1.0) if denominator is None else max(float(denominator), 1.0)
+    return (values * mask).sum() / count
 
 
 def ppo_clip_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+    denominator: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token-level PPO-clip surrogate (to minimize) and the fraction of tokens clipped.
 
-    `advantages` is per row (B,) and broadcast over the row's tokens.
+    `advantages` is per row (B,) and broadcast over the row's tokens; `denominator`: see `masked_mean`
+    (the tokens of the whole minibatch).
     """
     ratio = torch.exp(logprobs - old_logprobs)
     adv = advantages[:, None]
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
-    loss = -masked_mean(torch.minimum(unclipped, clipped), mask)
-    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
+    loss = -masked_mean(torch.minimum(unclipped, clipped), mask, denominator)
+    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask, denominator)
     return loss, clip_frac.detach()
 
 
 def sequence_clip_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float,
+    denominator: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequence-level PPO-clip (GSPO): one importance ratio per action, the geometric mean of its tokens'.
 
     For MoE policies the token ratios are noisy (routing differs between the rollout and the
     training forward); a length-normalized ratio per action is far steadier (Zheng et al. 2025).
-    Rows without any decision token carry no choice and are left out.
+    Rows without any decision token carry no choice and are left out; `denominator`: see `masked_mean`
+    (the rows of the whole minibatch that have a decision token).
     """
     m = mask.to(logprobs.dtype)
     counts = m.sum(-1)
@@ -49,8 +58,8 @@ def sequence_clip_loss(
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
     per_row = torch.minimum(unclipped, clipped)
-    loss = -masked_mean(per_row, rows)
-    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), rows)
+    loss = -masked_mean(per_row, rows, denominator)
+    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), rows, denominator)
     return loss, clip_frac.detach()
 
 

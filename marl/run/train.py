@@ -22,9 +22,10 @@ from marl.config import TrainConfig
 from marl.config.files import flatten
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
-from marl.engine.learner import Learner, subset
+from marl.engine.learner import Learner
 from marl.engine.policy_map import PolicyMap, policy_id
 from marl.engine.rollout import SCRIPTED, RolloutWorker, summarize
+from marl.engine.sequences import subset
 from marl.run.build import (
     build_critic,
     build_policy,

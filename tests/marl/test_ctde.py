@@ -19,9 +19,10 @@ import scenarios
 from marl.config import TrainConfig
 from marl.engine.advantages import gae_advantages
 from marl.engine.critic import Critic, build_critic_model
-from marl.engine.learner import Learner, subset
+from marl.engine.learner import Learner
 from marl.engine.policy_map import PolicyMap, policy_id
 from marl.engine.rollout import RolloutWorker
+from marl.engine.sequences import subset
 from marl.run.build import build_policy, frozen_reference
 from marl.run.sft import conversations, demonstration_episodes
 from policies.chat import ChatFormat

@@ -18,8 +18,9 @@ from marl.config import TrainConfig
 from marl.engine import learner as learner_module
 from marl.engine.advantages import Advantages
 from marl.engine.critic import Critic
-from marl.engine.learner import Learner, decision_mask
+from marl.engine.learner import Learner
 from marl.engine.rollout import RolloutWorker, Turn
+from marl.engine.sequences import decision_mask
 from marl.run.build import build_policy, frozen_reference
 from policies.chat import ChatFormat
 from policies.value_model import build_value_model
@@ -49,26 +50,29 @@ def test_every_row_gets_its_own_turns_advantage_and_old_logprobs(played, monkeyp
     context: dict = {}
     real = learner_module.ppo_clip_loss
 
-    def spy(logprobs, old, advantages, mask, eps):
+    def spy(logprobs, old, advantages, mask, eps, *rest):
         seen.append((old.detach().cpu(), advantages.detach().cpu(), list(context["turn_ids"])))
-        return real(logprobs, old, advantages, mask, eps)
+        return real(logprobs, old, advantages, mask, eps, *rest)
 
     monkeypatch.setattr(learner_module, "ppo_clip_loss", spy)
     rl = copy.deepcopy(cfg.rl)
-    rl.minibatches, rl.epochs = 3, 2
+    rl.minibatches, rl.epochs, rl.micro_batch_tokens = 3, 2, 600
     learner = Learner(copy.deepcopy(policy), frozen_reference(policy), rl, aux_coef=0.0, seed=7)
-    real_step = learner._step  # the rows of a minibatch, in the order the learner scores them
+    real_micro = learner._micro_terms  # the rows of a micro-batch, in the order the learner scores them
+    steps = []
 
-    def step(batch_, adv_, anchor, pieces, first):
+    def micro(batch_, adv_, anchor, pieces, totals, with_ptx):
         context["turn_ids"] = [i for p in pieces for i in p.turn_ids]
-        return real_step(batch_, adv_, anchor, pieces, first)
+        steps.append(with_ptx)  # True on each step's first micro-batch
+        return real_micro(batch_, adv_, anchor, pieces, totals, with_ptx)
 
-    monkeypatch.setattr(learner, "_step", step)
+    monkeypatch.setattr(learner, "_micro_terms", micro)
     learner.update(batch, adv)
-    assert len(seen) == 6  # 3 minibatches x 2 epochs, each in its own shuffled order
+    assert sum(steps) == 6 and len(steps) > 6  # 3 minibatches x 2 epochs, in micro-batches
     orders = [ids for _, _, ids in seen]
     assert len({tuple(o) for o in orders}) > 1
-    covered = sorted(i for ids in orders[:3] for i in ids)
+    first_epoch = [k for k, starts in enumerate(steps) if starts][3]  # where the fourth step (epoch 2) begins
+    covered = sorted(i for ids in orders[:first_epoch] for i in ids)
     assert covered == sorted(i for i, t in enumerate(batch.turns) if t.action_ids)
     for old, advantages, ids in seen:
         for row, i in enumerate(ids):

@@ -18,8 +18,9 @@ import scenarios
 from marl.config import TrainConfig
 from marl.engine.advantages import group_advantages, per_turn
 from marl.engine.errors import NonFiniteError
-from marl.engine.learner import Learner, episode_sequence
+from marl.engine.learner import Learner
 from marl.engine.rollout import RolloutWorker, summarize
+from marl.engine.sequences import episode_sequence
 from marl.run.build import build_policy
 from marl.run.checkpoint import CheckpointError, CheckpointMeta, TokenizerInfo, read_meta, save_checkpoint
 from policies.chat import ChatFormat
@@ -121,6 +122,35 @@ def test_turns_without_a_signal_keep_their_kl_anchor(setup):
     for _ in range(3):
         last = learner.update(batch, adv)
     assert last["train/kl"] < first["train/kl"]
+
+
+@pytest.mark.parametrize("ratio", ["token", "sequence"])
+def test_micro_batches_give_the_minibatchs_gradient(setup, ratio):
+    # The same minibatch scored in one forward and in micro-batches of one episode each: the
+    # accumulated gradient and every logged figure are the same (no MoE aux term here: it is a
+    # per-forward mean, weighted by token share across micro-batches).
+    cfg, make_env, tokenizer, model, _ = setup
+    batch = RolloutWorker(make_env, LLMPolicy(model, tokenizer), ChatFormat(tokenizer)).collect(
+        [s for s in range(4) for _ in range(3)], groups=[s for s in range(4) for _ in range(3)], sample_seed=6)
+    adv = group_advantages(batch.episodes)
+    adv.advantages[:] = np.linspace(-1, 1, len(adv.advantages))
+    adv.include[:] = True
+    adv.include[:3] = False  # some turns only anchor the KL
+    adv = per_turn(batch, adv)
+    grads, figures = [], []
+    for budget in (0, 1):
+        policy = LLMPolicy(copy.deepcopy(model), tokenizer)
+        rl = copy.deepcopy(cfg.rl)
+        rl.minibatches, rl.micro_batch_tokens, rl.ratio = 1, budget, ratio
+        learner = Learner(policy, reference_of(LLMPolicy(model, tokenizer)), rl, aux_coef=0.0)
+        with torch.no_grad():  # a policy away from its reference, so that the KL term has a gradient
+            next(policy.model.parameters()).add_(0.01)
+        learner.optimizer.step = lambda m=policy.model: grads.append([p.grad.clone() for p in m.parameters()])
+        figures.append(learner.update(batch, adv))
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    for key in ("train/policy_loss", "train/kl", "train/entropy", "train/clip_frac", "train/decision_tokens"):
+        assert figures[0][key] == pytest.approx(figures[1][key], rel=1e-4, abs=1e-7), key
 
 
 def test_nan_loss_skips_the_step_then_aborts(setup, monkeypatch):
