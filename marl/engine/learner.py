@@ -15,7 +15,7 @@ Built-in terms, each logged under its name with the weight it had:
 - `ptx`: cross-entropy on scripted-expert demonstrations (InstructGPT's PPO-ptx), which keeps
   what the warm start taught while RL chases reward.
 More terms (opponent modeling) plug in with `add_term(name, fn, weight)`: `fn(ctx)` reads the
-minibatch's `StepContext` and returns a scalar tensor.
+micro-batch's `StepContext` and returns a scalar tensor (a mean over that micro-batch).
 
 Logprobs are recomputed under the same constrained-decoding masks and temperature the rollout used,
 from the token ids the rollout kept. A non-finite loss or gradient skips the step; a streak of
@@ -51,14 +51,15 @@ from policies.router_stats import load_entropy
 
 @dataclass
 class StepContext:
-    """What a loss term may read in one minibatch step."""
+    """What a loss term may read in one micro-batch of a step (the term is a mean over it; the learner
+    weights it by the micro-batch's share of the minibatch's tokens)."""
 
     batch: RolloutBatch
     adv: Advantages
     pieces: list[EpisodeSequence]
     turn_ids: list[int]
     scores: Any
-    """The policy's `SequenceScores` (with grad): one row per turn of the minibatch."""
+    """The policy's `SequenceScores` (with grad): one row per turn of the micro-batch."""
     mask: torch.Tensor
     """Decision-token mask, (turns, width)."""
     extras: dict[str, Any] = field(default_factory=dict)
