@@ -118,7 +118,7 @@ class RLConfig(SelfChecking):
     minibatches: int = 2
     """Minibatches per epoch (the PPO ratio departs from 1 from the second minibatch on)."""
     micro_batch_tokens: int = 8192
-    """Most padded tokens per training forward: a minibatch is scored in micro-batches this size whose gradients add up to the minibatch's, so the update's memory is bounded by it, not by the batch (0: one forward per minibatch)."""
+    """Most padded tokens per training forward: a minibatch is scored in micro-batches this size whose gradients add up to the minibatch's (the MoE load-balancing term's approximately), so the update's memory is bounded by it, not by the batch (0: one forward per minibatch)."""
     clip_eps: float = 0.2
     """PPO clip range of the token-level importance ratio."""
     ratio: Ratio = "token"

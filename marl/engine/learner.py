@@ -159,13 +159,13 @@ class Learner:
         out: dict[str, float] = {"train/decision_tokens": totals["tokens"]}
         loads = []
         finite = True
-        for k, part in enumerate(micro_batches(pieces, cfg.micro_batch_tokens)):
-            terms, weights, figures, load = self._micro_terms(batch, adv, anchor, part, totals, with_ptx=k == 0)
+        for part in micro_batches(pieces, cfg.micro_batch_tokens):
+            terms, weights, figures, load = self._micro_terms(batch, adv, anchor, part, totals)
             loss = sum(weights[name] * value for name, value in terms.items())
             for key, value in {**figures, "train/loss": float(loss.item())}.items():
                 out[key] = out.get(key, 0.0) + value
             for name, value in terms.items():
-                key = {"ptx": "train/ptx_loss", "moe_aux": "moe/aux_loss"}.get(name, f"train/{name}")
+                key = {"moe_aux": "moe/aux_loss"}.get(name, f"train/{name}")
                 key = f"loss/{name}" if name in self.extra_terms else key
                 key = "train/policy_loss" if name == "policy" else key
                 out[key] = out.get(key, 0.0) + value.item()
@@ -176,11 +176,21 @@ class Learner:
                 finite = False
                 break
             loss.backward()
+        if finite and self.demos is not None:  # its own forward, so its memory is not added to a micro-batch's
+            ptx = self._ptx_term(self.policy.device)
+            out.update({"train/ptx_loss": ptx.item(), "loss_weight/ptx": float(cfg.ptx_coef)})
+            out["train/loss"] = out.get("train/loss", 0.0) + cfg.ptx_coef * ptx.item()
+            finite = bool(torch.isfinite(ptx))
+            if finite:
+                (cfg.ptx_coef * ptx).backward()
+        if totals["tokens"] == 0:  # only anchored turns: the policy term measured nothing
+            out.update({"train/policy_loss": math.nan, "train/clip_frac": math.nan})
         if first:  # before any update: the gap is the rollout/training mismatch alone (MoE routing, padding)
             out["moe/rollout_train_logprob_gap"] = out["train/logprob_gap"]
         if loads:
             self._expert_load_metrics(torch.stack(loads).sum(0), out)
-        if not finite:
+        if not finite:  # partial sums of a step that never happened would skew the means (and the KL control)
+            out = {k: v if k.startswith("loss_weight/") else math.nan for k, v in out.items()}
             return self._skip(out)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.max_grad_norm)
         out["train/grad_norm"] = float(grad_norm)
@@ -192,7 +202,7 @@ class Learner:
         return out
 
     def _micro_terms(self, batch: RolloutBatch, adv: Advantages, anchor: np.ndarray, pieces: list[EpisodeSequence],
-                     totals: dict[str, float], with_ptx: bool) -> tuple[dict, dict, dict, torch.Tensor | None]:
+                     totals: dict[str, float]) -> tuple[dict, dict, dict, torch.Tensor | None]:
         """One micro-batch's share of every loss term (token means over the minibatch's `totals`), their
         weights, its additive figures and its expert load (None without a router)."""
         cfg = self.cfg
@@ -225,12 +235,11 @@ class Learner:
         share = sum(len(s) for s in sequences) / totals["padded"]  # of the minibatch's tokens
         if scores.aux_loss is not None:  # a mean over this forward's tokens: weighted by their share
             terms["moe_aux"], weights["moe_aux"] = scores.aux_loss * share, self.aux_coef
-        if self.demos is not None and with_ptx:
-            terms["ptx"], weights["ptx"] = self._ptx_term(device), cfg.ptx_coef
         ctx = StepContext(batch, adv, pieces, turn_ids, scores, mask)
         for name, (fn, weight) in self.extra_terms.items():  # an added term is a mean over its micro-batch
             terms[name], weights[name] = fn(ctx) * share, weight
-        gap = masked_mean((scores.logprobs.detach() - old).abs(), mask, totals["tokens"]).item()
+        # Rollout vs training logprobs over every generated decision token (a mismatch, not a policy figure).
+        gap = masked_mean((scores.logprobs.detach() - old).abs(), anchor_mask, totals["anchor"]).item()
         figures = {"train/clip_frac": clip_frac.item(), "train/logprob_gap": gap}
         load = None if scores.expert_load is None else scores.expert_load * share
         return terms, weights, figures, load

@@ -19,10 +19,12 @@ from marl.engine import learner as learner_module
 from marl.engine.advantages import Advantages
 from marl.engine.critic import Critic
 from marl.engine.learner import Learner
+from marl.engine.losses import exact_kl
 from marl.engine.rollout import RolloutWorker, Turn
 from marl.engine.sequences import decision_mask
 from marl.run.build import build_policy, frozen_reference
 from policies.chat import ChatFormat
+from policies.llm_policy import LLMPolicy
 from policies.value_model import build_value_model
 
 
@@ -58,20 +60,26 @@ def test_every_row_gets_its_own_turns_advantage_and_old_logprobs(played, monkeyp
     rl = copy.deepcopy(cfg.rl)
     rl.minibatches, rl.epochs, rl.micro_batch_tokens = 3, 2, 600
     learner = Learner(copy.deepcopy(policy), frozen_reference(policy), rl, aux_coef=0.0, seed=7)
-    real_micro = learner._micro_terms  # the rows of a micro-batch, in the order the learner scores them
+    real_micro, real_step = learner._micro_terms, learner._step  # the rows of each micro-batch, in scoring order
     steps = []
 
-    def micro(batch_, adv_, anchor, pieces, totals, with_ptx):
-        context["turn_ids"] = [i for p in pieces for i in p.turn_ids]
-        steps.append(with_ptx)  # True on each step's first micro-batch
-        return real_micro(batch_, adv_, anchor, pieces, totals, with_ptx)
+    def step(*args):
+        steps.append(True)  # a step begins: its first micro-batch comes next
+        return real_step(*args)
 
+    def micro(batch_, adv_, anchor, pieces, totals):
+        context["turn_ids"] = [i for p in pieces for i in p.turn_ids]
+        steps.append(False)
+        return real_micro(batch_, adv_, anchor, pieces, totals)
+
+    monkeypatch.setattr(learner, "_step", step)
     monkeypatch.setattr(learner, "_micro_terms", micro)
     learner.update(batch, adv)
-    assert sum(steps) == 6 and len(steps) > 6  # 3 minibatches x 2 epochs, in micro-batches
+    assert sum(steps) == 6 and len(steps) - 6 > 6  # 3 minibatches x 2 epochs, in micro-batches
     orders = [ids for _, _, ids in seen]
     assert len({tuple(o) for o in orders}) > 1
-    first_epoch = [k for k, starts in enumerate(steps) if starts][3]  # where the fourth step (epoch 2) begins
+    micro_of_step = [sum(steps[: k + 1]) for k, s in enumerate(steps) if not s]  # the step of each micro-batch
+    first_epoch = sum(step <= 3 for step in micro_of_step)
     covered = sorted(i for ids in orders[:first_epoch] for i in ids)
     assert covered == sorted(i for i, t in enumerate(batch.turns) if t.action_ids)
     for old, advantages, ids in seen:
@@ -113,11 +121,17 @@ def test_the_decision_mask_marks_exactly_the_tokens_with_a_choice():
 
 
 def test_the_entropy_is_that_of_the_masked_temperature_scaled_distribution(played):
-    _, _, policy, batch = played
+    _, tokenizer, played_policy, batch = played
+    policy = LLMPolicy(played_policy.model, tokenizer, temperature=0.7)
     turn = next(t for t in batch.turns if t.allowed and any(len(a) > 1 for a in t.allowed))
+    args = ([turn.prompt_ids + turn.action_ids], [[(len(turn.prompt_ids), len(turn.action_ids))]], [[turn.allowed]])
     with torch.no_grad():
-        scores = policy.span_logprobs([turn.prompt_ids + turn.action_ids], [[(len(turn.prompt_ids),
-                                       len(turn.action_ids))]], [[turn.allowed]])
+        scores = policy.span_logprobs(*args)
+        ref = frozen_reference(policy).span_logprobs(*args)
+    # The reference is read over the same allowed sets at the same temperature: the exact KL of a copy is 0.
+    assert torch.equal(torch.isfinite(ref.log_dist), torch.isfinite(scores.log_dist))
+    assert torch.allclose(exact_kl(scores.log_dist, ref.log_dist), torch.zeros(len(scores.log_dist)), atol=1e-6)
+    with torch.no_grad():
         ids = torch.tensor([turn.prompt_ids + turn.action_ids], device=policy.device)
         logits = policy.model(input_ids=ids).logits[0].float() / policy.temperature
     for j, allowed in enumerate(turn.allowed):

@@ -119,6 +119,7 @@ def test_turns_without_a_signal_keep_their_kl_anchor(setup):
     learner = Learner(policy, reference, rl, aux_coef=0.0)
     first = learner.update(batch, adv)
     assert first["train/decision_tokens"] == 0 and first["train/entropy"] > 0 and first["train/kl"] > 0
+    assert np.isnan(first["train/policy_loss"]) and np.isnan(first["train/clip_frac"])  # measured nothing: not 0
     for _ in range(3):
         last = learner.update(batch, adv)
     assert last["train/kl"] < first["train/kl"]
@@ -143,14 +144,18 @@ def test_micro_batches_give_the_minibatchs_gradient(setup, ratio):
         rl = copy.deepcopy(cfg.rl)
         rl.minibatches, rl.micro_batch_tokens, rl.ratio = 1, budget, ratio
         learner = Learner(policy, reference_of(LLMPolicy(model, tokenizer)), rl, aux_coef=0.0)
-        with torch.no_grad():  # a policy away from its reference, so that the KL term has a gradient
-            next(policy.model.parameters()).add_(0.01)
+        with torch.no_grad():  # a policy away from its reference and its rollout: KL gradients, clipped tokens
+            gen = torch.Generator().manual_seed(0)
+            for p in policy.model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
         learner.optimizer.step = lambda m=policy.model: grads.append([p.grad.clone() for p in m.parameters()])
         figures.append(learner.update(batch, adv))
     for a, b in zip(*grads, strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
-    for key in ("train/policy_loss", "train/kl", "train/entropy", "train/clip_frac", "train/decision_tokens"):
+    for key in ("train/policy_loss", "train/kl", "train/entropy", "train/clip_frac", "train/decision_tokens",
+                "train/logprob_gap", "train/loss"):
         assert figures[0][key] == pytest.approx(figures[1][key], rel=1e-4, abs=1e-7), key
+    assert figures[0]["train/clip_frac"] > 0  # clipping happened, so its pairing was checked too
 
 
 def test_nan_loss_skips_the_step_then_aborts(setup, monkeypatch):
@@ -174,7 +179,9 @@ def test_nan_loss_skips_the_step_then_aborts(setup, monkeypatch):
     cfg.rl.minibatches, cfg.rl.max_nonfinite_streak = 1, 2
     learner = Learner(policy, reference_of(policy), cfg.rl, aux_coef=0.0)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
-    assert learner.update(batch, adv)["train/nonfinite_skips"] == 1.0
+    skipped = learner.update(batch, adv)
+    assert skipped["train/nonfinite_skips"] == 1.0
+    assert np.isnan(skipped["train/kl"]) and np.isnan(skipped["train/loss"])  # no partial sums of a skipped step
     assert all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
     with pytest.raises(NonFiniteError, match="learning_rate"):
         learner.update(batch, adv)
