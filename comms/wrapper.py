@@ -261,11 +261,11 @@ class CommsWrapper(ParallelEnv):
             if not cfg.shares_observations or sender not in live or sender not in obs:
                 continue  # agents that left stop sending
             parts = []
-            news = [line for line in _lines(self._view(sender, str(obs[sender]["text"]))) if line not in common]
+            news = [line for line in _lines(str(self.shared_view(sender, str(obs[sender]["text"])))) if line not in common]
             if news:
                 parts.append(f"saw: {' / '.join(news)}")
             if sender in actions:
-                parts.append(f"did: {_one_line(self._summary(sender, actions[sender]))}")
+                parts.append(f"did: {_one_line(str(self.action_summary(sender, actions[sender])))}")
             if parts:  # nothing seen worth sharing and nothing done (a reset): nothing to send
                 self.channel.send(step, sender, targets, " | ".join(parts))
         arrived = self.channel.deliver(step, set(obs))
@@ -286,12 +286,6 @@ class CommsWrapper(ParallelEnv):
             if cfg.carries_messages:
                 self._seen.note(agent, "\n".join(lines))  # what neighbours said can be relayed
         return out
-
-    def _view(self, agent: str, text: str) -> str:
-        return str(self.env.shared_view(agent, text))  # scenarios may leave out lines with no news
-
-    def _summary(self, agent: str, action: Any) -> str:
-        return str(self.env.action_summary(agent, action))  # scenarios may render actions compactly
 
     def _compose(self, agent: str, own: str, lines: list[str]) -> str:
         limit, allowed = self._text_space.get(agent) or self._space_of(agent)
