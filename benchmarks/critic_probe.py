@@ -129,7 +129,7 @@ def main() -> None:
         view = None if name in ("own", "state") else name
         model = build_critic_model(args.critic_model, view, len(tokenizer), tokenizer.pad_token_id, seed=args.seed)
         critic = Critic(model, tokenizer, chat, centralized=name != "own", learning_rate=args.learning_rate,
-                        max_grad_norm=1.0, bootstrap_truncations=False, state_view=view)
+                        max_grad_norm=1.0, state_view=view)
         curve = fit(critic, copy.copy(train), copy.copy(heldout), args.epochs, args.minibatch,
                     np.random.default_rng(args.seed))
         cells = " | ".join(f"{held:.2f}" for _, held, _ in curve)

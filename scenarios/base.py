@@ -41,6 +41,8 @@ TERMINATION_REASONS = frozenset({"success", "failure", "timeout", "error"})
 TRUNCATION_REASONS = frozenset({"max_turns"})
 HARNESS_FAULTS = frozenset({"timeout", "error"})
 _TRUNCATED_MARK = " ...[truncated]"
+TURN_BUDGET_PREFIX = "turn "
+"""Start of the line ``turn k of K`` that ends an observation when the scenario shows its turn budget."""
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,10 @@ class TextScenario(ParallelEnv):
       agent could predict (a move, a bargaining verb, a tool name) and the class of one action
       text, read from the text alone (``None``: no class, malformed); ``()`` / ``None`` by default.
     - ``turn_budget_visible``: whether the agent is shown its turn budget, so that running out
-      of turns is an outcome of the task (terminal) rather than a cut it cannot see
-      (bootstrapped); ``False`` by default, as the base class shows no budget: a scenario whose
-      observations state it says ``True``.
+      of turns is an outcome of the task (terminal, value 0 after it) rather than a cut it cannot
+      see (bootstrapped from the value). ``False`` by default; a scenario that says ``True`` gets a
+      last line ``turn k of K`` on every observation of a running episode (``K`` is
+      ``_turn_budget(agent)``, the scenario's ``max_turns`` unless it sets a tighter one).
     - comms hooks: ``note_seen(agent, text)`` (the agent was shown ``text`` by a teammate;
       no-op), ``expert_turn(agent, audience)`` (the expert's action and what it would say;
       silent), ``action_summary(agent, action)`` (how an action reads to teammates; the text)
@@ -115,7 +118,7 @@ class TextScenario(ParallelEnv):
     max_action_length: ClassVar[int] = 512
     TRAIN_SEED_LIMIT: ClassVar[int] = TRAIN_SEED_LIMIT  # so callers holding only an env can draw training seeds
     turn_budget_visible: ClassVar[bool] = False
-    """Whether the agent is shown its turn budget (then ``max_turns`` ends the task; else it is an unseen cut)."""
+    """Whether the agent is shown its turn budget (``turn k of K`` ends each observation; running out ends the task)."""
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
@@ -260,7 +263,13 @@ class TextScenario(ParallelEnv):
 
     # ----- helpers -----
     def _observe(self, agent: str, text: str) -> dict[str, str]:
-        clean = self._clean(text, self.max_obs_length)
+        if self.turn_budget_visible and agent not in self._ended:
+            # last, after the news (an error observation still starts "error: "); the text is cut
+            # before the line is added, so a long observation never loses its budget
+            budget = f"\n{TURN_BUDGET_PREFIX}{self._turns[agent] + 1} of {self._turn_budget(agent)}"
+            clean = self._clean(text, self.max_obs_length - len(budget)) + budget
+        else:
+            clean = self._clean(text, self.max_obs_length)
         self._last_text[agent] = clean
         return {"text": clean}
 
@@ -299,6 +308,11 @@ class TextScenario(ParallelEnv):
     def _step_agent(self, agent: str, action: Any) -> StepOutcome:
         """Apply one agent's action (any object: malformed ones must become an invalid outcome, never raise)."""
         raise NotImplementedError
+
+    def _turn_budget(self, agent: str) -> int:
+        """The turns ``agent`` may take this episode, as shown when ``turn_budget_visible``; ``max_turns``
+        unless the scenario ends episodes earlier with reason ``max_turns`` (then it says so here)."""
+        return self.opts.max_turns
 
     def _agent_state(self, agent: str) -> str:
         """One line of global-state text about ``agent`` for the centralized critic."""

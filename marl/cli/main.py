@@ -16,7 +16,7 @@ import tyro
 
 from marl.config import CompareConfig, ConfigError, EvalConfig, TrainConfig
 from marl.config.checks import deferred_checks
-from marl.config.files import load_yaml
+from marl.config.files import REMOVED_KEYS, load_yaml
 from marl.engine.errors import NonFiniteError
 from marl.run.checkpoint import CheckpointError
 
@@ -44,11 +44,22 @@ def parse_train_args(argv: list[str]) -> TrainConfig:
     finder = argparse.ArgumentParser(add_help=False)
     finder.add_argument("--config")
     known, _ = finder.parse_known_args(argv)  # both `--config FILE` and `--config=FILE`
+    _refuse_removed_flags(argv)
     # Checked once, whole: flags may make a file's values valid, and a value's message names its field.
     with deferred_checks():
         default = load_yaml(known.config, check=False) if known.config else TrainConfig()
         cfg = tyro.cli(TrainConfig, default=default, args=argv, prog="marl train")
     return cfg.validate()
+
+
+def _refuse_removed_flags(argv: list[str]) -> None:
+    """A flag of a removed config key (`--rl.x`, `--rl.no-x`) fails saying what replaced it."""
+    for key, why in REMOVED_KEYS.items():
+        section, _, name = key.rpartition(".")
+        dashed = name.replace("_", "-")
+        flags = {f"--{section}.{dashed}", f"--{section}.no-{dashed}"}
+        if any(arg.split("=", 1)[0] in flags for arg in argv):
+            raise ConfigError(f"--{section}.{dashed} was removed: {why}")
 
 
 def _train(argv: list[str]) -> int:

@@ -18,6 +18,13 @@ import yaml
 from marl.config.checks import ConfigError, deferred_checks
 from marl.config.train import TrainConfig
 
+REMOVED_KEYS: dict[str, str] = {
+    "rl.bootstrap_truncations": "each scenario now declares whether the agent sees its turn budget "
+                                "(turn_budget_visible): a budget it sees ends the task (value 0), a cut it "
+                                "cannot see bootstraps from the critic; drop it",
+}
+"""Config keys earlier versions took, with what replaced them (a clear error instead of 'unknown key')."""
+
 
 def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
     """Build a config dataclass from nested plain data (YAML), rejecting unknown keys by name."""
@@ -26,6 +33,8 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in names:
+            if f"{where}{key}" in REMOVED_KEYS:
+                raise ConfigError(f"config key {where}{key} was removed: {REMOVED_KEYS[where + key]}")
             raise ConfigError(f"unknown config key {where}{key!r}; valid keys: {sorted(names)}")
         default = names[key].default_factory() if names[key].default_factory is not dataclasses.MISSING else None
         if dataclasses.is_dataclass(default):

@@ -129,8 +129,6 @@ class RLConfig(SelfChecking):
     """Discount per turn in GAE (critic-based algorithms)."""
     gae_lambda: float = 0.95
     """GAE lambda (critic-based algorithms)."""
-    bootstrap_truncations: bool = True
-    """GAE bootstraps a `max_turns` ending from the critic's value (DESIGN.md); off treats it as terminal (value 0), for budgets that are part of the task (docs/algorithms.md)."""
     value_coef: float = 0.5
     """Weight of the value loss in the summed loss; the critic has its own Adam, so its step size is critic.learning_rate."""
     baseline: Baseline = "group"

@@ -11,9 +11,11 @@
 
 Normalization is always within an agent (or role), never across all agents at once (that causes
 gradient spikes, Dr. MAS). Endings (DESIGN.md): `success`/`failure` are terminal (the value after
-the last turn is 0); `max_turns` is a truncation: GAE bootstraps from the critic's value of the
-state the agent was left in, while the critic-free baselines count it with the reward earned so
-far (running out of turns is the agent's doing and there is no value to bootstrap from);
+the last turn is 0); so is `max_turns` when the agent was shown its turn budget
+(`Episode.budget_visible`, the scenario's declaration): finishing within it is part of the task.
+A `max_turns` cut the agent could not see is a truncation: GAE bootstraps from the critic's value
+of the state the agent was left in. The critic-free baselines count either with the reward earned
+so far (there is no value to bootstrap from);
 `timeout`/`error` are harness faults: every turn of such an episode, and in a team that shares one
 outcome every teammate's (`Episode.harness_fault`), is out of the loss, of the group statistics and
 of the normalization, and counted. Agents that finished early simply have no
@@ -180,8 +182,10 @@ def gae(rewards: Sequence[float], values: Sequence[float], bootstrap: float, gam
 
 
 def bootstrap_needed(ep: Episode) -> bool:
-    """Whether an episode's last turn is followed by a state whose value the critic must supply."""
-    return ep.reason not in TERMINAL_REASONS and not ep.harness_fault
+    """Whether an episode's last turn is followed by a state whose value the critic must supply: a cut
+    the agent could not see (a `max_turns` ending of a budget it was not shown), never an outcome."""
+    visible_budget = ep.reason == "max_turns" and ep.budget_visible
+    return ep.reason not in TERMINAL_REASONS and not visible_budget and not ep.harness_fault
 
 
 def explained_variance(pred: np.ndarray, target: np.ndarray) -> float:
@@ -198,13 +202,12 @@ def gae_advantages(
     lam: float,
     normalize_key: Callable[[str], str] = lambda agent: agent,
     eps: float = 1e-6,
-    bootstrap_truncations: bool = True,
 ) -> Advantages:
     """Per-turn GAE for every agent-episode, normalized within each `normalize_key(agent)`.
 
     `values` is indexed like `batch.turns`; `bootstrap` like `batch.episodes` (read only for
-    episodes that were truncated, see `bootstrap_needed`, and only with `bootstrap_truncations`;
-    without it a truncation is valued 0 like a terminal ending).
+    episodes cut where the agent could not see it coming, see `bootstrap_needed`; every other
+    ending is valued 0 after its last turn).
     """
     n = len(batch.turns)
     adv = np.zeros(n, dtype=np.float64)
@@ -219,7 +222,7 @@ def gae_advantages(
         if not ep.turns:
             continue
         idx = list(ep.turns)
-        tail = float(bootstrap[e]) if bootstrap_truncations and bootstrap_needed(ep) else 0.0
+        tail = float(bootstrap[e]) if bootstrap_needed(ep) else 0.0
         a, r = gae([batch.turns[i].reward for i in idx], values[idx], tail, gamma, lam)
         adv[idx], returns[idx] = a, r
         include[idx] = True

@@ -48,8 +48,7 @@ class Algorithm:
         """Per-turn advantages (and value targets for critic-based algorithms) of `batch`."""
         if self.critic is not None:
             values, bootstrap = critic.batch_values(batch)
-            return gae_advantages(batch, values, bootstrap, gamma, lam, normalize_key=role_of,
-                                  bootstrap_truncations=critic.bootstrap_truncations)
+            return gae_advantages(batch, values, bootstrap, gamma, lam, normalize_key=role_of)
         if baseline is not None:
             return per_turn(batch, baseline(batch.episodes, role_of))
         return per_turn(batch, group_advantages(batch.episodes))

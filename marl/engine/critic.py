@@ -21,11 +21,12 @@
 The critic steps in its own minibatches of whole teams (`minibatches`, `team_chunks`), apart from
 the policy's: it shares no weights with it, and a random-init critic needs the steps.
 
-Truncated episodes (`max_turns`) also get the value of the state they were left in (the final
-global state, or the conversation plus the final observation), which GAE bootstraps from, unless
-`bootstrap_truncations` is off (then they are never read). The critic only ever gets targets for
-states where an agent acts, so that read is an extrapolation; on `info_split` it drifted upwards
-(docs/algorithms.md), which is why the switch exists. Decentralized actors never read `state()`: only this
+Episodes cut where the agent could not see it coming (a `max_turns` ending of a budget it was not
+shown: `advantages.bootstrap_needed`) also get the value of the state they were left in (the final
+global state, or the conversation plus the final observation), which GAE bootstraps from; a budget
+the agent sees ends the task, and nothing is read after it. The critic only ever gets targets for
+states where an agent acts, so a bootstrap read is an extrapolation; on `info_split`, before its
+budget was shown, it drifted upwards (docs/algorithms.md). Decentralized actors never read `state()`: only this
 module does, and only during training. Left out: value clipping and return normalization
 (rewards here are O(1)).
 """
@@ -96,8 +97,7 @@ class Critic:
     """A value model with its optimizer, reading centralized or decentralized inputs."""
 
     def __init__(self, model: Any, tokenizer: Any, chat: Any, centralized: bool, learning_rate: float,
-                 max_grad_norm: float, chunk: int = 64, bootstrap_truncations: bool = True,
-                 state_view: str | None = None, minibatches: int = 8) -> None:
+                 max_grad_norm: float, chunk: int = 64, state_view: str | None = None, minibatches: int = 8) -> None:
         if state_view is not None and state_view not in STATE_VIEWS:
             raise ValueError(f"state_view {state_view!r}: use None (the state as is) or one of {sorted(STATE_VIEWS)}")
         if minibatches < 1:
@@ -109,8 +109,6 @@ class Critic:
         self.state_view = state_view
         self.minibatches = minibatches
         """Critic steps per pass over a batch (whole teams per minibatch, see `team_chunks`)."""
-        self.bootstrap_truncations = bootstrap_truncations
-        """Read the value of the state a truncated episode was left in (else it is never needed)."""
         self.tokenizer = tokenizer
         self.chat = chat
         self.centralized = centralized
@@ -150,9 +148,6 @@ class Critic:
             ids = self._suffixes[agent] = list(self.tokenizer(f"\nagent {agent}", add_special_tokens=False)["input_ids"])
         return ids
 
-    def _bootstraps(self, ep: Any) -> bool:
-        return self.bootstrap_truncations and bootstrap_needed(ep)
-
     def _reads(self, batch: RolloutBatch, episodes: Sequence[int]) -> list[tuple[str, str, int]]:
         """(state, agent, read) of every centralized value read of the given episodes (the state as the view shows it)."""
         view = _VIEWS.get(self.state_view) if self.state_view else None
@@ -164,7 +159,7 @@ class Critic:
             if not idx:
                 continue
             states = [(batch.turns[i].state, i) for i in idx]
-            if self._bootstraps(ep):
+            if bootstrap_needed(ep):
                 states.append((ep.final_state, -1 - e))
             for state, read in states:
                 if state is None:
@@ -224,7 +219,7 @@ class Critic:
                 seq += t.action_ids
                 done = len(t.prompt_ids) + len(t.action_ids)
                 reads.append(i)
-            if self._bootstraps(ep):
+            if bootstrap_needed(ep):
                 if ep.final_state is None:
                     raise ValueError("a centralized critic needs the final global state of a truncated episode: "
                                      "collect rollouts with record_state=True")
@@ -263,7 +258,7 @@ class Critic:
             sequence = self._conversation(batch, idx)
             pos = [len(batch.turns[i].prompt_ids) - 1 for i in idx]
             reads.extend(idx)
-            if self._bootstraps(ep):
+            if bootstrap_needed(ep):
                 if ep.final_observation is not None:
                     sequence = sequence + list(self.chat.next(ep.final_observation))
                 pos.append(len(sequence) - 1)

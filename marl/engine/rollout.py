@@ -81,6 +81,9 @@ class Episode:
     """The agent's team where the scenario has teams (its `team_of`), else empty."""
     stats: dict[str, float] = field(default_factory=dict)
     """The scenario's `episode_stats(agent)` when the agent's episode ended (empty where it measures none)."""
+    budget_visible: bool = False
+    """The agent was shown its turn budget (the scenario's `turn_budget_visible`): a `max_turns`
+    ending is then an outcome of the task, valued 0 after it, not a cut to bootstrap."""
     teammate_fault: bool = False
     """A teammate's episode ended in a harness fault, and this team shares one outcome (see
     `mark_harness_faults`)."""
@@ -170,7 +173,8 @@ class RolloutWorker:
                 by_actor = actor is not None and (scripted is None or scripted(env, agent))
                 pid = SCRIPTED if by_actor else self.policies.policy_of(env, agent)
                 episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent, policy=pid, env=i,
-                                        team=team_name(env, agent)))
+                                        team=team_name(env, agent),
+                                        budget_visible=bool(env.turn_budget_visible)))
                 text = observations[agent]["text"]
                 last_obs[key] = text
                 episodes[slot[key]].transcript.append(("observation", text))

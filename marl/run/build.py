@@ -143,7 +143,7 @@ def build_critic(cfg: TrainConfig, policy: LLMPolicy, chat: ChatFormat, seed: in
     model = build_critic_model(cfg.critic.model, view, len(tok), tok.pad_token_id, seed=seed)
     model.to(policy.device)
     return Critic(model, tok, chat, algo.centralized_critic, cfg.critic.learning_rate, cfg.rl.max_grad_norm,
-                  bootstrap_truncations=cfg.rl.bootstrap_truncations, state_view=view,
+                  state_view=view,
                   minibatches=cfg.critic.minibatches)
 
 

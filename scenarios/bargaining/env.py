@@ -59,7 +59,8 @@ hard episodes in ``train``).
 ``action_class`` reads the verb of a well-formed action, valid in the agent's role or not);
 ``episode_stats(agent)``: ``value`` (the normalized value the agent got: its share at a deal or
 its outside option, 0 without either) and ``offers`` (its offers that went on the table).
-``turn_budget_visible`` is False: no observation states ``max_turns``.
+``turn_budget_visible`` is True: every observation ends with ``turn k of K`` (``K`` = ``max_turns``), so
+the deadline is part of the negotiation and running out of it is terminal.
 
 **Expert.** With every agent scripted, over 200 evaluation seeds per agent count 2 / 3 / 5 / 8:
 deal rate 1.0 at every count in ``basic``, 1.0 / 0.99 / 0.97 / 0.74 in ``hard`` (outside
@@ -127,7 +128,7 @@ class BargainingEnv(TextScenario):
     splits = SPLITS
     options_cls = BargainingOptions
     default_reward_weights = {"value": 1.0, "deal": 0.0, "format": 0.1}
-    turn_budget_visible = False  # no observation states max_turns
+    turn_budget_visible = True  # "turn k of K" ends each observation: the deadline is part of the game
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):

@@ -7,7 +7,8 @@ board position and shared by every agent's ``expert_action``.
 
 Both grid scenarios classify actions by move (``action_classes()``: up, down, left, right, stay;
 ``action_class`` reads the move of a well-formed action, legal from the agent's cell or not) and
-do not show the turn budget (``turn_budget_visible`` is False: no observation states ``max_turns``).
+show the turn budget (``turn_budget_visible`` is True: every observation ends with ``turn k of K``, so
+running out of moves is an outcome of the task, terminal).
 
 It leaves out rewards, observations and the rules of each task (``navigation.py``,
 ``predator_prey.py``).
@@ -50,7 +51,7 @@ class GridScenario(TextScenario):
     splits = SPLITS
     options_cls = GridOptions
     extra_entities: ClassVar[tuple[str, ...]] = ()
-    turn_budget_visible = False  # no observation states max_turns
+    turn_budget_visible = True  # "turn k of K" ends each observation
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):

@@ -76,7 +76,8 @@ dependent stages, distractor tools); see ``tasks.py``. Evaluation seeds:
 **Capabilities.** ``note_seen`` and ``shared_view`` (above), ``expert_turn`` (the talking
 expert), ``action_classes()``: every world tool, ``post``, ``read_board`` and ``answer``;
 ``episode_stats(agent)``: ``contribution`` (its credit so far) and ``calls`` (its successful
-world-tool calls). ``turn_budget_visible`` is False: the budget is in ``state()`` only.
+world-tool calls). ``turn_budget_visible`` is True: every observation ends with ``turn k of K``
+with the episode's budget K, so running out of it is an outcome of the task (terminal).
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ class InfoSplitEnv(TextScenario):
     splits = SPLITS
     options_cls = InfoSplitOptions
     default_reward_weights = {"format": 0.2, "contribution": 1.0, "task": 1.0}
-    turn_budget_visible = False  # the episode's budget is in state() only
+    turn_budget_visible = True  # "turn k of K" with the episode's own budget ends each observation
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
@@ -223,6 +224,9 @@ class InfoSplitEnv(TextScenario):
         self._needed = frozenset(sim._board)
         self._steps = len(self._task.solution) + len(self._needed)
         self._budget = min(self.opts.max_turns, turns + self.opts.turn_slack)
+
+    def _turn_budget(self, agent: str) -> int:
+        return self._budget
 
     def _step_agents(self, actions: dict[str, Any]) -> dict[str, StepOutcome]:
         # Simultaneous moves: reads see the board as it was when the turn began, posts land after it.

@@ -48,8 +48,9 @@ styles, five moves (rock paper scissors spock lizard), first to ``first_to`` wit
 **Capabilities.** ``opponent_styles()``: the training and held-out style names;
 ``action_classes()``: the five move names (``action_class`` reads the move of a well-formed
 action, whether or not this match uses five moves); ``episode_stats(agent)``: rounds won, lost
-and drawn so far. ``turn_budget_visible`` is False: the match length is shown, ``max_turns`` is
-not (below the match length it cuts the match where the agent cannot see it coming).
+and drawn so far. ``turn_budget_visible`` is False: the match length is shown (the match's own end is a
+``success``/``failure``), ``max_turns`` is not: set below the match length it is an outside cut the
+agent cannot see coming, which the learner bootstraps from the value.
 
 **Expert.** Over 200 evaluation seeds x 2 agents (scripted pairing, default options) the
 expert wins 0.98 of matches in ``basic``, 0.97 in ``hard`` and 0.97 in ``heldout`` (tests hold

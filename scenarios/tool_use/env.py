@@ -41,7 +41,7 @@ Evaluation seeds: ``ToolUseEnv.eval_seeds(split, n)``.
 **Capabilities.** ``action_classes()``: every tool name and ``answer`` (``action_class`` reads
 them from the text, listed to the agent or not); ``episode_stats(agent)``: ``calls`` (successful
 tool calls) and ``progress`` (share of the solution path done). ``turn_budget_visible`` is
-False: no observation states ``max_turns``.
+True: every observation ends with ``turn k of K`` (``K`` = ``max_turns``), so running out is terminal.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class ToolUseEnv(TextScenario):
     splits = SPLITS
     options_cls = ToolUseOptions
     default_reward_weights = {"format": 0.2, "tool_choice": 0.1, "arguments": 0.1, "task": 1.0}
-    turn_budget_visible = False  # no observation states max_turns
+    turn_budget_visible = True  # "turn k of K" ends each observation
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):

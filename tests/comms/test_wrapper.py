@@ -186,7 +186,7 @@ def test_every_declared_capability_is_forwarded_by_a_method_of_its_own():
     wrapped.reset(seed=1)
     wrapped.step({a: wrapped.expert_action(a) for a in wrapped.agents})
     assert [wrapped.team_of(a) for a in wrapped.possible_agents] == ["predator"] * 2 + ["prey"] * 2
-    assert wrapped.action_classes() == pp.action_classes() and wrapped.turn_budget_visible is False
+    assert wrapped.action_classes() == pp.action_classes() and wrapped.turn_budget_visible is pp.turn_budget_visible is True
     assert [wrapped.episode_stats(a) for a in pp.possible_agents] == [pp.episode_stats(a) for a in pp.possible_agents]
     assert comms.wrap(scenarios.make("repeated_game", n_agents=2)).opponent_styles() == OpponentStyles(
         TRAIN_STYLES, HELDOUT_STYLES)

@@ -132,18 +132,21 @@ def test_decentralized_critic_reads_exactly_the_agents_own_tokens(nav):
     assert torch.allclose(full, cut, atol=1e-5)
 
 
-def test_truncated_episodes_bootstrap_from_the_state_they_were_left_in(nav):
+def test_only_unseen_cuts_bootstrap_from_the_state_they_were_left_in(nav):
     _, _, tokenizer, policy = nav
     make_env = partial(scenarios.make, "navigation", n_agents=3, split="train", max_turns=2)
     batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect([1, 2], sample_seed=0, record_state=True)
     truncated = [e for e, ep in enumerate(batch.episodes) if ep.reason == "max_turns"]
     assert truncated, "max_turns=2 must truncate some agents"
+    # navigation shows "turn k of K": its budget ends the task, and no final state is ever read
+    assert all(ep.budget_visible for ep in batch.episodes)
     for centralized in (True, False):
-        critic = critic_for(tokenizer, centralized)
-        inputs = critic.inputs(batch, range(len(batch.episodes)))
+        assert all(r >= 0 for r in critic_for(tokenizer, centralized).inputs(batch, range(len(batch.episodes))).turns)
+    for e in truncated:  # the same endings, had the cut come from outside (a budget the agent was not shown)
+        batch.episodes[e].budget_visible = False
+    for centralized in (True, False):
+        inputs = critic_for(tokenizer, centralized).inputs(batch, range(len(batch.episodes)))
         assert {-1 - r for r in inputs.turns if r < 0} == set(truncated)
-        critic.bootstrap_truncations = False  # truncations valued 0: their final states are never read
-        assert all(r >= 0 for r in critic.inputs(batch, range(len(batch.episodes))).turns)
     assert all(batch.episodes[e].final_observation and batch.episodes[e].final_state for e in truncated)
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from marl.engine.advantages import RunningBaseline, gae, gae_advantages
+from marl.engine.advantages import RunningBaseline, bootstrap_needed, gae, gae_advantages
 from marl.engine.rollout import Episode, RolloutBatch, Turn
 
 
@@ -42,17 +42,19 @@ def make_batch(specs):
     return RolloutBatch(turns, episodes, 0, 0, 0.0, 0.0, 0.0)
 
 
-def test_only_truncated_episodes_read_their_bootstrap():
+def test_only_cuts_the_agent_could_not_see_read_their_bootstrap():
     batch = make_batch([("agent_0", "success", [0.0, 1.0]), ("agent_0", "max_turns", [0.0, 0.0]),
                         ("agent_0", "failure", [0.0, 0.0])])
     values = np.zeros(6)
     bootstrap = np.array([7.0, 0.5, 7.0])  # 7.0 would show up if a terminal episode read it
     out = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=1.0, normalize_key=lambda a: a)
     np.testing.assert_allclose(out.returns, [1.0, 1.0, 0.5, 0.5, 0.0, 0.0])
-    # With bootstrapping off a truncation is valued like a terminal ending: nothing after it.
-    off = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=1.0, normalize_key=lambda a: a,
-                         bootstrap_truncations=False)
-    np.testing.assert_allclose(off.returns, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    assert [bootstrap_needed(ep) for ep in batch.episodes] == [False, True, False]
+    # A budget the agent was shown ends the task: valued like a terminal ending, nothing after it.
+    batch.episodes[1].budget_visible = True
+    seen = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=1.0, normalize_key=lambda a: a)
+    np.testing.assert_allclose(seen.returns, [1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    assert not any(bootstrap_needed(ep) for ep in batch.episodes)
 
 
 @pytest.mark.parametrize("reason", ["timeout", "error"])

@@ -12,3 +12,10 @@ def play_expert(env, seed: int) -> dict[str, str]:
             if "termination_reason" in info:
                 reasons[a] = info["termination_reason"]
     return reasons
+
+
+def news(observation: dict[str, str]) -> str:
+    """An observation's text without the ``turn k of K`` line that scenarios showing their budget end it with."""
+    text = observation["text"]
+    head, sep, last = text.rpartition("\n")
+    return head if sep and last.startswith("turn ") and " of " in last else text

@@ -7,6 +7,7 @@ import string
 import numpy as np
 import pytest
 from competitive_helpers import JUNK, mixed_action, play_expert, sample_grammar
+from scenario_helpers import news
 
 import scenarios
 from scenarios.bargaining import BargainingEnv
@@ -111,12 +112,12 @@ def test_turn_protocol_two_agents():
     obs, _ = env.reset()
     proposer = env._proposer
     p, q = f"agent_{proposer}", f"agent_{1 - proposer}"
-    assert obs[p]["text"].endswith("now: offer") and obs[q]["text"].endswith("now: wait")
+    assert news(obs[p]).endswith("now: offer") and news(obs[q]).endswith("now: wait")
     keep_all = offer_text(tuple(tuple(c if i == proposer else 0 for i in range(2)) for c in env.pool.counts))
     obs, _, _, _, infos = env.step({p: json.dumps({"offer": keep_all}), q: '{"wait": ""}'})
     assert not any(i["invalid_action"] for i in infos.values())
-    assert obs[q]["text"].startswith(f"{p} offers {keep_all}: you get") and obs[q]["text"].endswith("offer or accept")
-    assert obs[p]["text"] == f"you offer {keep_all}. now: wait"
+    assert obs[q]["text"].startswith(f"{p} offers {keep_all}: you get") and news(obs[q]).endswith("offer or accept")
+    assert news(obs[p]) == f"you offer {keep_all}. now: wait"
     # The responder counters (a rejection); then the first proposer accepts the counter: a deal.
     give_all = offer_text(tuple(tuple(c if i != proposer else 0 for i in range(2)) for c in env.pool.counts))
     obs, *_ = env.step({p: '{"wait": ""}', q: json.dumps({"offer": give_all})})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -59,11 +60,39 @@ def test_defaults_of_a_minimal_scenario():
     assert "OpponentStyles" in scenarios.__all__ and scenarios.OpponentStyles is OpponentStyles
 
 
-def test_no_registered_scenario_shows_its_turn_budget():
-    # None of today's observations states max_turns (info_split keeps its budget in state()),
-    # so running out of turns is a cut the agent cannot see.
-    assert {name: scenarios.make(name).turn_budget_visible for name in scenarios.names()} == dict.fromkeys(
-        scenarios.names(), False)
+def _budget_line(text: str) -> tuple[int, int] | None:
+    last = text.rpartition("\n")[2]
+    match = re.fullmatch(r"turn (\d+) of (\d+)", last)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+@pytest.mark.parametrize("name", scenarios.names())
+def test_a_scenario_shows_its_turn_budget_exactly_when_it_declares_it(name):
+    # Junk actions never end an episode (a format penalty), so every agent plays until the budget runs out.
+    env = scenarios.make(name, n_agents=2 if name != "tool_use" else 1, max_turns=3)
+    obs, _ = env.reset(seed=5)
+    seen = {a: [_budget_line(o["text"])] for a, o in obs.items()}
+    taken = dict.fromkeys(env.agents, 0)
+    ends = {}
+    while env.agents:
+        live = list(env.agents)
+        obs, _, _, _, infos = env.step(dict.fromkeys(live, "junk"))
+        for a in live:
+            taken[a] += 1
+            if "termination_reason" in infos[a]:
+                ends[a] = infos[a]["termination_reason"]
+                assert _budget_line(obs[a]["text"]) is None  # an ended episode has no next turn to count
+            else:
+                seen[a].append(_budget_line(obs[a]["text"]))
+    # every task but the repeated game's has a deadline (its match length is shown, max_turns is an outside cap)
+    assert env.turn_budget_visible is (name != "repeated_game")
+    if not env.turn_budget_visible:
+        assert all(line is None for lines in seen.values() for line in lines)
+        return
+    for a, lines in seen.items():
+        budget = lines[0][1]
+        assert lines == [(k, budget) for k in range(1, len(lines) + 1)]  # turn 1, 2, ... of one budget
+        assert ends[a] == "max_turns" and taken[a] == budget <= 3  # out of turns exactly when it said so
 
 
 @pytest.mark.parametrize("name", scenarios.names())

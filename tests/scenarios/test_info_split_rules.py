@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from scenario_helpers import play_expert
+from scenario_helpers import news, play_expert
 
 import scenarios
 from scenarios.info_split import InfoSplitEnv
@@ -93,12 +93,12 @@ def test_results_are_private_and_posts_are_readable_from_the_next_turn():
     assert all(flight not in o for o in env.action_grammar(bf).expand())
     assert env.expert_action(ff) == post_action(flight)
     obs, *_ = env.step({ff: post_action(flight), bf: READ_BOARD})
-    assert obs[ff]["text"] == f"posted {flight}" and obs[bf]["text"] == "board: empty"
+    assert news(obs[ff]) == f"posted {flight}" and news(obs[bf]) == "board: empty"
     obs, *_ = env.step({ff: READ_BOARD, bf: READ_BOARD})
-    assert obs[bf]["text"] == f"board: {flight}"
+    assert news(obs[bf]) == f"board: {flight}"
     assert env.expert_action(bf) == env._task.solution[1].json()
     obs, *_ = env.step({ff: post_action(flight), bf: env.expert_action(bf)})
-    assert obs[ff]["text"] == f"{flight} is already on the board"
+    assert news(obs[ff]) == f"{flight} is already on the board"
     _, rew, term, _, infos = env.step({ff: READ_BOARD, bf: env.expert_action(bf)})
     assert all(term.values()) and env.agents == []
     assert {i["termination_reason"] for i in infos.values()} == {"success"}
