@@ -82,7 +82,7 @@ class WarmStartConfig(SelfChecking):
     """Share of demonstration turns played by a random valid action instead of the expert (kept out of the loss): the expert's next turns then show how to recover from a slip (DART)."""
     max_steps: int = 100_000
     """Upper bound on optimizer steps (the wall-clock budget normally stops earlier)."""
-    max_length: int = 1024
+    max_length: int = 2048
     """Longest demonstration in tokens; longer ones stop the run (truncating them would train on cut episodes)."""
 
     def validate(self) -> WarmStartConfig:
