@@ -61,6 +61,10 @@ class Advantages:
     explained_variance: float | None = None
     """How much of the value targets' variance the critic's values explained, on this batch's fresh
     rollouts before the critic trained on them (critic-based algorithms only)."""
+    empirical_return_mean: float | None = None
+    """Mean over the turns in the loss of the discounted reward actually earned from the turn to the
+    episode's end, nothing bootstrapped: what the value targets (`train/return_target_mean`) should
+    match on average when the critic is right about how episodes end (critic-based algorithms only)."""
 
     def metrics(self) -> dict[str, float]:
         """The counts as `rollout/*` metrics, and the critic's explained variance."""
@@ -70,6 +74,8 @@ class Advantages:
             out["rollout/zero_variance_group_frac"] = self.zero_variance_groups / self.groups
         if self.explained_variance is not None:
             out["train/explained_variance"] = self.explained_variance
+        if self.empirical_return_mean is not None:
+            out["train/empirical_return_mean"] = self.empirical_return_mean
         return out
 
 
@@ -181,6 +187,16 @@ def gae(rewards: Sequence[float], values: Sequence[float], bootstrap: float, gam
     return adv, adv + values
 
 
+def discounted_to_go(rewards: Sequence[float], gamma: float) -> np.ndarray:
+    """Per turn, the discounted sum of the rewards from that turn to the last (nothing after it)."""
+    out = np.zeros(len(rewards), dtype=np.float64)
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
 def bootstrap_needed(ep: Episode) -> bool:
     """Whether an episode's last turn is followed by a state whose value the critic must supply: a cut
     the agent could not see (a `max_turns` ending of a budget it was not shown), never an outcome."""
@@ -213,6 +229,7 @@ def gae_advantages(
     adv = np.zeros(n, dtype=np.float64)
     returns = np.zeros(n, dtype=np.float64)
     include = np.zeros(n, dtype=bool)
+    earned = np.zeros(n, dtype=np.float64)
     faults = 0
     by_key: dict[str, list[int]] = defaultdict(list)
     for e, ep in enumerate(batch.episodes):
@@ -223,16 +240,19 @@ def gae_advantages(
             continue
         idx = list(ep.turns)
         tail = float(bootstrap[e]) if bootstrap_needed(ep) else 0.0
-        a, r = gae([batch.turns[i].reward for i in idx], values[idx], tail, gamma, lam)
+        rewards = [batch.turns[i].reward for i in idx]
+        a, r = gae(rewards, values[idx], tail, gamma, lam)
         adv[idx], returns[idx] = a, r
+        earned[idx] = discounted_to_go(rewards, gamma)
         include[idx] = True
         by_key[normalize_key(ep.agent)].extend(idx)
-    explained = None
+    explained = earned_mean = None
     if include.any():
         explained = explained_variance(np.asarray(values, dtype=np.float64)[include], returns[include])
+        earned_mean = float(earned[include].mean())
     for idx in by_key.values():
         block = adv[idx]
         centered = block - block.mean()
         adv[idx] = centered / (block.std() + eps) if len(idx) > 1 and block.std() > eps else centered
     return Advantages(advantages=adv, include=include, returns=returns, harness_faults=faults,
-                      explained_variance=explained)
+                      explained_variance=explained, empirical_return_mean=earned_mean)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from marl.engine.advantages import RunningBaseline, bootstrap_needed, gae, gae_advantages
+from marl.engine.advantages import RunningBaseline, bootstrap_needed, discounted_to_go, gae, gae_advantages
 from marl.engine.rollout import Episode, RolloutBatch, Turn
 
 
@@ -29,6 +29,10 @@ def test_gae_with_lambda_one_and_no_discount_is_return_minus_value():
     np.testing.assert_allclose(adv, [0.8, 0.8, 0.6], atol=1e-12)
 
 
+def test_the_empirical_return_is_the_discounted_reward_earned_from_each_turn_on():
+    np.testing.assert_allclose(discounted_to_go([0.0, 0.5, 1.0], 0.9), [0.45 + 0.81, 0.5 + 0.9, 1.0])
+
+
 def make_batch(specs):
     """specs: list of (agent, reason, rewards) -> a RolloutBatch with one turn per reward."""
     turns, episodes = [], []
@@ -50,6 +54,8 @@ def test_only_cuts_the_agent_could_not_see_read_their_bootstrap():
     out = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=1.0, normalize_key=lambda a: a)
     np.testing.assert_allclose(out.returns, [1.0, 1.0, 0.5, 0.5, 0.0, 0.0])
     assert [bootstrap_needed(ep) for ep in batch.episodes] == [False, True, False]
+    # The targets of the cut episode carry its bootstrap (mean 3/6); what was earned does not (2/6).
+    assert out.metrics()["train/empirical_return_mean"] == pytest.approx(2 / 6)
     # A budget the agent was shown ends the task: valued like a terminal ending, nothing after it.
     batch.episodes[1].budget_visible = True
     seen = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=1.0, normalize_key=lambda a: a)
