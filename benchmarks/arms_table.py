@@ -22,6 +22,8 @@ seed's SFT checkpoint (`--critic.model {sft}`: a critic warm-started from the po
 SFT run trains one shared policy (so `--common` must not set another mapping); an arm may still split
 it (`--policy-mapping team` in the arm's flags): every team's policy then starts from the same SFT
 weights, which learned every seat from the expert, and RL trains each team's copy on its own.
+`{seed}` in an arm's flags stands for the seed: an arm that continues SFT from the shared checkpoint
+on fresh demonstrations draws them with another seed than the checkpoint's (`--seed 10{seed}`).
 
     python benchmarks/arms_table.py --scenario info_split --agents 3 --seeds 0 1 2 \\
         --shared-sft "--sft.seconds 270" --common "--rl.seconds 180" \\
@@ -33,6 +35,11 @@ weights, which learned every seat from the expert, and RL trains each team's cop
         --arm "none=" --arm "ring=--comms.topology ring" --arm "full=--comms.topology full" \\
         --arm "full+drop=--comms.topology full --comms.drop 0.3" --eval "sampled=--no-greedy" \\
         --eval "drop30@full,full+drop=--comms-drop 0.3" --pair ring,none --pair full,none
+
+    python benchmarks/arms_table.py --scenario tool_use --seeds 0 1 2 --episodes 200 \\
+        --shared-sft "--sft.seconds 270" --common "--eval-episodes 50" \\
+        --arm "rl=" --arm "sft-more=--iterations 0 --sft.seconds 180 --seed 10{seed}" \\
+        --eval "unseen=--skip-seeds 100000" --pair "rl @ unseen,sft-more @ unseen"
 
     python benchmarks/arms_table.py --scenario predator_prey --agents 4 --seeds 0 1 2 \\
         --shared-sft "--sft.seconds 270" --common "--rl.seconds 180" \\
@@ -190,6 +197,7 @@ def main() -> None:
                 flags = [f.replace("{sft}", sft_checkpoint) for f in flags]
             elif any("{sft}" in f for f in flags):
                 raise SystemExit(f"arm {arm}: {{sft}} names the shared SFT checkpoint; add --shared-sft")
+            flags = [f.replace("{seed}", str(seed)) for f in flags]
             figures, checkpoint = train_arm(args.workdir, uri, experiment, f"{arm}-s{seed}",
                                             [*common, "--seed", str(seed), *start, *flags])
             results[arm].append(figures)

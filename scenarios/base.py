@@ -181,13 +181,14 @@ class TextScenario(ParallelEnv):
 
     # ----- seeds -----
     @classmethod
-    def eval_seeds(cls, split: str, n: int) -> list[int]:
-        """``n`` held-out seeds for evaluating on ``split``: outside the training range and unique to the split."""
+    def eval_seeds(cls, split: str, n: int, skip: int = 0) -> list[int]:
+        """``n`` held-out seeds for evaluating on ``split``: outside the training range and unique to the
+        split; the first ``skip`` of the split's seeds are passed over (fresh seeds for a final check)."""
         if split not in cls.splits:
             raise ValueError(f"split must be one of {list(cls.splits)}, got {split!r}")
-        if not 0 <= n <= EVAL_SEED_BLOCK:
-            raise ValueError(f"n must be in [0, {EVAL_SEED_BLOCK}], got {n}")
-        start = TRAIN_SEED_LIMIT + cls.splits.index(split) * EVAL_SEED_BLOCK
+        if not (0 <= n and 0 <= skip and skip + n <= EVAL_SEED_BLOCK):
+            raise ValueError(f"n={n} and skip={skip} must be >= 0 with n + skip <= {EVAL_SEED_BLOCK}")
+        start = TRAIN_SEED_LIMIT + cls.splits.index(split) * EVAL_SEED_BLOCK + skip
         return list(range(start, start + n))
 
     # ----- PettingZoo API -----

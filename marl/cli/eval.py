@@ -63,7 +63,7 @@ def run_eval(args: EvalConfig) -> dict[str, Any]:
         tokenizer = build_tokenizer(corpus_env, Path(args.output_dir), policy_cfg, np.random.default_rng(args.seed))
         policy, chat = new_policy(policy_cfg, tokenizer, args.seed), ChatFormat(tokenizer)
 
-    seeds = list(make_env().eval_seeds(args.split, args.episodes))
+    seeds = list(make_env().eval_seeds(args.split, args.episodes, skip=args.skip_seeds))
     worker = RolloutWorker(make_env, policy, chat)
     if scripted is not None:
         actor = expert_actor
@@ -80,6 +80,7 @@ def run_eval(args: EvalConfig) -> dict[str, Any]:
                     "comms_noise": sharing.noise})
     # `episodes` counts played seeds (what --episodes asked for); rates are over agent-episodes.
     out["episodes"] = len(seeds)
+    out["first_seed"] = seeds[0]
     out["agent_episodes"] = int(figures["episodes"])
     if args.checkpoint:
         out["checkpoint"] = str(args.checkpoint)

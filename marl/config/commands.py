@@ -29,7 +29,9 @@ class EvalConfig(SelfChecking):
     split: str = "basic"
     """Evaluation split (held-out seeds)."""
     episodes: int = 200
-    """Episodes to play (the split's first N held-out seeds)."""
+    """Episodes to play: N consecutive held-out seeds of the split, from `skip_seeds` on."""
+    skip_seeds: int = 0
+    """Held-out seeds of the split to skip before the first one played. Development evaluations (and `marl train`'s own) use the first ones; an acceptance evaluation skips past them to seeds nobody tuned on."""
     seed: int = 0
     """Sampling seed (only used with --no-greedy) and seed of the untrained model."""
     agents: int | None = None
@@ -58,6 +60,7 @@ class EvalConfig(SelfChecking):
     def validate(self) -> EvalConfig:
         """Check the flags that need no scenario; raise ConfigError naming the flag and the fix."""
         require(self.episodes > 0, "--episodes must be > 0")
+        require(self.skip_seeds >= 0, f"--skip-seeds {self.skip_seeds} must be >= 0")
         one_of("--policy", self.policy, options(EvalPolicy))
         require(self.policy != "checkpoint" or bool(self.checkpoint),
                 "pass --checkpoint PATH (printed by `marl train`) or a baseline with --policy")

@@ -139,9 +139,9 @@ class RLConfig(SelfChecking):
     """Weight of a supervised loss on scripted-expert demonstrations during RL (PPO-ptx); 0 turns it off."""
     ptx_batch_size: int = 16
     """Demonstrations per step of the PPO-ptx loss."""
-    kl_coef: float = 0.02
+    kl_coef: float = 0.01
     """Initial coefficient of the KL penalty to the frozen reference (the warm-started policy)."""
-    target_kl: float = 0.05
+    target_kl: float = 0.1
     """Target KL per decision token; the coefficient adapts towards it (0 keeps it fixed)."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (entropy is always tracked)."""

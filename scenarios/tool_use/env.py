@@ -40,7 +40,8 @@ Evaluation seeds: ``ToolUseEnv.eval_seeds(split, n)``.
 
 **Capabilities.** ``action_classes()``: every tool name and ``answer`` (``action_class`` reads
 them from the text, listed to the agent or not); ``episode_stats(agent)``: ``calls`` (successful
-tool calls) and ``progress`` (share of the solution path done). ``turn_budget_visible`` is
+tool calls), ``progress`` (share of the solution path done) and ``success/<family>`` (1 when the
+task, of that family, was answered right: averaged, the family's success rate). ``turn_budget_visible`` is
 True: every observation ends with ``turn k of K`` (``K`` = ``max_turns``), so running out is terminal.
 """
 
@@ -89,6 +90,7 @@ class _AgentTask:
     task: Task
     done: list[Call] = field(default_factory=list)  # successful calls, in order
     seen: set[str] = field(default_factory=set)  # entities shown in the task text or tool results
+    solved: bool = False  # answered with the right entity
 
     def next_call(self) -> Call | None:
         # The next useful call: the first solution step not yet done (steps done early are skipped).
@@ -135,6 +137,7 @@ class ToolUseEnv(TextScenario):
             return StepOutcome(f"error: {reason}", {"format": -1.0}, invalid=True)
         if parsed.answer is not None:
             ok = parsed.answer == st.task.answer
+            st.solved = ok
             return StepOutcome(f"answer received: {'correct' if ok else 'wrong'}; episode over",
                                {"task": float(ok)}, end="success" if ok else "failure")
         call, useful = parsed.call, st.next_call()
@@ -178,7 +181,8 @@ class ToolUseEnv(TextScenario):
         if st is None:
             return {}
         done = sum(c in st.done for c in st.task.solution)
-        return {"calls": float(len(st.done)), "progress": done / len(st.task.solution)}
+        return {"calls": float(len(st.done)), "progress": done / len(st.task.solution),
+                f"success/{st.task.family}": float(st.solved)}
 
     def expert_action(self, agent: str) -> str:
         st = self._tasks[agent]

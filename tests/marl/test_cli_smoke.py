@@ -105,6 +105,9 @@ def test_eval_of_the_expert_baseline_is_perfect(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures["success_rate"] == 1.0 and figures["episodes"] == 20
+    fresh = marl("eval", "--policy", "expert", "--split", "adversarial", "--episodes", "2", "--skip-seeds", "20",
+                 cwd=tmp_path)
+    assert json.loads(fresh.stdout.strip().splitlines()[-1])["first_seed"] == figures["first_seed"] + 20
 
 
 def test_eval_writes_the_transcripts_it_scored(tmp_path):

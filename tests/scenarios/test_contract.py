@@ -28,7 +28,7 @@ from contract_kit import (
 
 import scenarios
 from scenarios import OpponentStyles
-from scenarios.base import TRAIN_SEED_LIMIT
+from scenarios.base import EVAL_SEED_BLOCK, TRAIN_SEED_LIMIT
 
 CASES = cases()
 NAMES = scenarios.names()
@@ -123,6 +123,11 @@ def test_eval_seeds_are_disjoint_from_training_and_each_other(name):
     assert env.eval_seeds(cls.splits[-1], 3) == cls.eval_seeds(cls.splits[-1], 3)
     with pytest.raises(ValueError, match="split must be one of"):
         cls.eval_seeds("nope", 3)
+    # Skipping passes over the development seeds and stays inside the split's block.
+    fresh = cls.eval_seeds(cls.splits[-1], 3, skip=500)
+    assert not set(fresh) & blocks[cls.splits[-1]] and fresh[0] == max(blocks[cls.splits[-1]]) + 1
+    with pytest.raises(ValueError, match="n \\+ skip"):
+        cls.eval_seeds(cls.splits[-1], 3, skip=EVAL_SEED_BLOCK)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -133,6 +133,23 @@ def test_wrong_answer_fails_and_max_turns_truncates():
     assert env.agents == []
 
 
+@pytest.mark.parametrize("answer_right", [True, False])
+def test_the_family_success_stat_follows_the_answer(answer_right):
+    env = scenarios.make("tool_use", split="hard", seed=11)
+    env.reset()
+    family = env._tasks["agent_0"].task.family
+    assert env.episode_stats("agent_0")[f"success/{family}"] == 0.0
+    while env.agents:
+        action = env.expert_action("agent_0")
+        if not answer_right and '"answer"' in action:
+            action = '{"answer": "Nowhere"}'
+        *_, infos = env.step({"agent_0": action})
+    assert infos["agent_0"]["termination_reason"] == ("success" if answer_right else "failure")
+    stats = env.episode_stats("agent_0")
+    assert stats[f"success/{family}"] == float(answer_right)
+    assert [k for k in stats if k.startswith("success/")] == [f"success/{family}"]
+
+
 def test_crashing_backend_ends_with_error(monkeypatch):
     def boom(world, args):
         raise RuntimeError("backend down")
