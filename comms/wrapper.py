@@ -16,6 +16,10 @@ text: after reset and after every step it gains a short section with what its in
     <own observation>
     team:
     agent_1 saw: posted Paris / board: empty | did: read_board()
+    turn 3 of 9
+
+(a scenario that shows its turn budget keeps that line last, and it is never shared: a sender's
+budget is its own, not news)
 
 A sender shares its observation text of that step (newlines shown as `` / ``), as far as the
 scenario's ``shared_view`` keeps it (the news, not the sender's own role or tool list; the whole
@@ -57,7 +61,7 @@ from pettingzoo import ParallelEnv
 from comms.channel import Channel, ChannelConfig, cut
 from comms.messages import SeenEntities, can_carry, split_message, with_message, with_messages
 from comms.topology import Topology, as_topology, build, neighbours, receivers
-from scenarios.base import OpponentStyles, TextScenario
+from scenarios.base import OpponentStyles, TextScenario, split_turn_budget
 
 SECTION_HEADER = "\nteam:"
 
@@ -166,8 +170,8 @@ class CommsWrapper(ParallelEnv):
     def entity_vocabulary(self) -> list[str]:
         return self.env.entity_vocabulary()
 
-    def eval_seeds(self, split: str, n: int) -> list[int]:
-        return self.env.eval_seeds(split, n)
+    def eval_seeds(self, split: str, n: int, skip: int = 0) -> list[int]:
+        return self.env.eval_seeds(split, n, skip=skip)
 
     # ----- declared capabilities (scenarios.base.CAPABILITIES), forwarded one by one -----
     def team_of(self, agent: str) -> str:
@@ -261,7 +265,8 @@ class CommsWrapper(ParallelEnv):
             if not cfg.shares_observations or sender not in live or sender not in obs:
                 continue  # agents that left stop sending
             parts = []
-            news = [line for line in _lines(str(self.shared_view(sender, str(obs[sender]["text"])))) if line not in common]
+            own, _ = split_turn_budget(str(obs[sender]["text"]))  # the sender's own budget is no news
+            news = [line for line in _lines(str(self.shared_view(sender, own))) if line not in common]
             if news:
                 parts.append(f"saw: {' / '.join(news)}")
             if sender in actions:
@@ -272,7 +277,7 @@ class CommsWrapper(ParallelEnv):
         out = {}
         for agent, ob in obs.items():
             if cfg.carries_messages:
-                self._seen.note(agent, str(ob["text"]))
+                self._seen.note(agent, split_turn_budget(str(ob["text"]))[0])  # the budget's digits are no entities
             items = [d for d in arrived.get(agent, []) if graph.has_node(d.sender)
                      and d.sender in neighbours(graph, agent)]  # guard: never show a non-neighbour
             if not items:
@@ -289,13 +294,15 @@ class CommsWrapper(ParallelEnv):
 
     def _compose(self, agent: str, own: str, lines: list[str]) -> str:
         limit, allowed = self._text_space.get(agent) or self._space_of(agent)
+        body, budget = split_turn_budget(own)  # a shown turn budget stays the last line
+        tail = f"\n{budget}" if budget is not None else ""
         room = limit - len(own)
         if self.channel_config.total_chars is not None:
             room = min(room, self.channel_config.total_chars)
         section = _within("\n".join([SECTION_HEADER, *lines]), allowed)
         if room <= len(SECTION_HEADER):
             return own  # no room for the section: the agent's own observation comes first
-        return own + cut(section, room)
+        return body + cut(section, room) + tail
 
 
 def wrap(env: TextScenario, topology: Topology | str | nx.Graph = "full",

@@ -19,6 +19,7 @@ does not decide who observes what (that is ``comms/``).
 from __future__ import annotations
 
 import dataclasses
+import re
 import string
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,18 @@ HARNESS_FAULTS = frozenset({"timeout", "error"})
 _TRUNCATED_MARK = " ...[truncated]"
 TURN_BUDGET_PREFIX = "turn "
 """Start of the line ``turn k of K`` that ends an observation when the scenario shows its turn budget."""
+_TURN_BUDGET_LINE = re.compile(r"\n(turn \d+ of \d+)$")
+
+
+def split_turn_budget(text: str) -> tuple[str, str | None]:
+    """``text`` without its closing ``turn k of K`` line, and that line (``None`` when it has none).
+
+    The line is the agent's own: a wrapper that adds to an observation keeps it last, and it is
+    never news worth sharing with teammates."""
+    match = _TURN_BUDGET_LINE.search(text)
+    if match is None:
+        return text, None
+    return text[: match.start()], match.group(1)
 
 
 @dataclass(frozen=True)

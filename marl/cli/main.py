@@ -58,7 +58,7 @@ def _refuse_removed_flags(argv: list[str]) -> None:
         section, _, name = key.rpartition(".")
         dashed = name.replace("_", "-")
         flags = {f"--{section}.{dashed}", f"--{section}.no-{dashed}"}
-        if any(arg.split("=", 1)[0] in flags for arg in argv):
+        if any(arg.split("=", 1)[0].replace("_", "-") in flags for arg in argv):  # tyro takes both spellings
             raise ConfigError(f"--{section}.{dashed} was removed: {why}")
 
 

@@ -74,8 +74,9 @@ class Advantages:
             out["rollout/zero_variance_group_frac"] = self.zero_variance_groups / self.groups
         if self.explained_variance is not None:
             out["train/explained_variance"] = self.explained_variance
-        if self.empirical_return_mean is not None:
+        if self.empirical_return_mean is not None and self.returns is not None:
             out["train/empirical_return_mean"] = self.empirical_return_mean
+            out["train/return_target_mean"] = float(self.returns[self.include].mean())
         return out
 
 

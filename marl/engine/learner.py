@@ -264,12 +264,11 @@ class Learner:
         chosen = values[torch.tensor(keep, device=device)]
         targets = torch.tensor([adv.returns[inputs.turns[k]] for k in keep], dtype=torch.float32, device=device)
         loss = value_loss(chosen, targets)
-        # (The explained variance is measured on the whole batch before this update: Advantages.metrics;
+        # (The explained variance and the targets' mean are measured on the whole batch before this update: Advantages.metrics;
         # a minibatch of a few teams is too small a sample of the targets' variance.)
         out.update({
             "train/value_loss": loss.item(),
             "train/value_mean": float(chosen.mean().item()),
-            "train/return_target_mean": float(targets.mean().item()),
         })
         self.critic.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):

@@ -1,6 +1,7 @@
 """The comms wrapper: PettingZoo API on real scenarios, delegation, and what each observation may hold."""
 
 import json
+import re
 import warnings
 
 import networkx as nx
@@ -244,6 +245,26 @@ def test_info_split_team_with_full_sharing_solves_with_the_expert():
     board = [play(scenarios.make("info_split", n_agents=4, split="hard"), s) for s in seeds]
     assert all(r == {"success"} for r, _ in shared)
     assert np.mean([t for _, t in shared]) < np.mean([t for _, t in board])
+
+
+def test_a_shown_turn_budget_stays_last_and_is_never_shared():
+    env = comms.wrap(scenarios.make("predator_prey", n_agents=4, seed=0), "full")
+    obs, _ = env.reset(seed=1)
+    steps = 0
+    while obs:
+        for ob in obs.values():
+            text = ob["text"]
+            assert "team:" in text and re.fullmatch(r"turn \d+ of \d+", text.splitlines()[-1])
+            assert len(re.findall(r"turn \d+ of \d+", text)) == 1  # a teammate's budget never arrives
+        obs, *_ = env.step({a: env.expert_action(a) for a in env.agents})
+        obs = {a: o for a, o in obs.items() if a in env.agents}  # an ended agent's last text has no budget
+        steps += 1
+    assert steps > 2
+
+
+def test_skipped_eval_seeds_pass_through_the_wrapper():
+    env = comms.wrap(scenarios.make("info_split", n_agents=3, seed=0), "ring")
+    assert env.eval_seeds("hard", 3, skip=7) == InfoSplitEnv.eval_seeds("hard", 3, skip=7)
 
 
 def test_a_line_every_agent_already_has_is_not_repeated_per_neighbour():

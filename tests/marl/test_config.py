@@ -138,3 +138,19 @@ def test_flags_can_make_a_yaml_file_valid(tmp_path):
     assert (cfg.rl.group_size, cfg.rl.baseline) == (1, "running")
     with pytest.raises(ConfigError, match="rl.group_size=1"):
         parse_train_args(["--config", str(path)])
+
+
+@pytest.mark.parametrize("argv", [["--rl.no-bootstrap-truncations"], ["--rl.bootstrap-truncations"],
+                                  ["--rl.no_bootstrap_truncations"], ["--rl.bootstrap_truncations=True"]])
+def test_a_removed_flag_says_it_was_removed(argv):
+    from marl.cli import parse_train_args
+
+    with pytest.raises(ConfigError, match="was removed: .*turn_budget_visible"):
+        parse_train_args(argv)
+
+
+def test_a_removed_yaml_key_says_it_was_removed(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("rl:\n  bootstrap_truncations: false\n")
+    with pytest.raises(ConfigError, match="rl.bootstrap_truncations was removed: .*turn_budget_visible"):
+        load_yaml(path)

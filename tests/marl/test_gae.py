@@ -56,6 +56,7 @@ def test_only_cuts_the_agent_could_not_see_read_their_bootstrap():
     assert [bootstrap_needed(ep) for ep in batch.episodes] == [False, True, False]
     # The targets of the cut episode carry its bootstrap (mean 3/6); what was earned does not (2/6).
     assert out.metrics()["train/empirical_return_mean"] == pytest.approx(2 / 6)
+    assert out.metrics()["train/return_target_mean"] == pytest.approx(3 / 6)
     # A budget the agent was shown ends the task: valued like a terminal ending, nothing after it.
     batch.episodes[1].budget_visible = True
     seen = gae_advantages(batch, values, bootstrap, gamma=1.0, lam=1.0, normalize_key=lambda a: a)

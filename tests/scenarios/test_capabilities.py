@@ -95,6 +95,25 @@ def test_a_scenario_shows_its_turn_budget_exactly_when_it_declares_it(name):
         assert ends[a] == "max_turns" and taken[a] == budget <= 3  # out of turns exactly when it said so
 
 
+def test_info_split_shows_its_own_budget_not_the_outside_cap():
+    env = scenarios.make("info_split", n_agents=3)  # default max_turns: the episode's budget is tighter
+    budgets = set()
+    for seed in range(6):
+        obs, _ = env.reset(seed=seed)
+        assert env._budget < env.opts.max_turns
+        budgets |= {_budget_line(o["text"]) for o in obs.values()}
+        assert {_budget_line(o["text"]) for o in obs.values()} == {(1, env._budget)}
+    assert len(budgets) > 1  # the budget varies with the plan
+
+
+def test_a_cut_observation_keeps_its_budget_line():
+    env = scenarios.make("tool_use", max_turns=4)
+    env.reset(seed=1)
+    long_text = "x" * (3 * env.max_obs_length)
+    text = env._observe("agent_0", long_text)["text"]
+    assert len(text) <= env.max_obs_length and _budget_line(text) == (1, 4)
+
+
 @pytest.mark.parametrize("name", scenarios.names())
 def test_every_grammar_action_has_a_declared_class(name):
     env = scenarios.make(name, n_agents=scenarios.info(name).agent_range[0])
