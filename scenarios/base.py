@@ -263,7 +263,7 @@ class TextScenario(ParallelEnv):
         for agent in self.possible_agents:
             status = self._ended.get(agent, "running" if agent in self.agents else "idle")
             turn = self._turns.get(agent, 0)
-            lines.append(f"{agent}: turn={turn}/{self.opts.max_turns} status={status} {self._agent_state(agent)}")
+            lines.append(f"{agent}: turn={turn}/{self._turn_budget(agent)} status={status} {self._agent_state(agent)}")
         return self._clean("\n".join(lines), self.state_space.max_length)
 
     def render(self) -> str | None:

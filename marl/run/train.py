@@ -8,6 +8,8 @@ advantages, learner, SFT, tracking, checkpoint) live in their own modules.
 from __future__ import annotations
 
 import dataclasses
+import resource
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,11 @@ class TrainResult:
     tracking_uri: str
     eval: dict[str, float]
 
+
+def peak_rss_gb() -> float:
+    """The process's peak resident memory so far, in GB (what `/usr/bin/time -v` reports at the end)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)  # bytes on macOS, KiB on Linux
 
 def comms_metrics(worker: RolloutWorker) -> dict[str, float]:
     """Message statistics summed over the worker's envs (cumulative counts; empty without comms)."""
@@ -150,6 +157,7 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     figures = run_sft(model, tokenizer, sft_columns, cfg.sft, cfg.seed, tr.log_metrics, progress)
     bar.close()
     figures["sft/demo_seconds"] = time.perf_counter() - t0 - figures["sft/seconds"]
+    figures["perf/peak_rss_gb"] = peak_rss_gb()
     if cfg.sft.demo_noise > 0:
         figures["sft/demo_perturbed_fraction"] = perturbed_fraction(episodes)
     tr.log_metrics(figures, step=0)
@@ -232,6 +240,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         metrics["curriculum/n_agents"] = float(cfg.agents)
         metrics["curriculum/stage"] = 0.0
         metrics["perf/elapsed_s"] = time.perf_counter() - start
+        metrics["perf/peak_rss_gb"] = peak_rss_gb()
         metrics.update(comms_metrics(worker))
         tr.log_metrics(metrics, step=it)
         bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")

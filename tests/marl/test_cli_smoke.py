@@ -17,7 +17,7 @@ REQUIRED_METRICS = {
     "rollout/success_rate", "rollout/return_mean", "rollout/invalid_action_rate", "rollout/truncation_rate",
     "train/policy_loss", "train/kl", "train/entropy", "train/clip_frac", "train/grad_norm",
     "moe/aux_loss", "moe/expert_load_entropy", "curriculum/n_agents", "curriculum/stage",
-    "perf/tokens_per_s", "perf/env_steps_per_s", "agent/agent_0/return",
+    "perf/tokens_per_s", "perf/env_steps_per_s", "perf/peak_rss_gb", "agent/agent_0/return",
     "eval/basic/success_rate", "eval/hard/success_rate", "eval/adversarial/success_rate",
 }
 
@@ -47,6 +47,7 @@ def test_train_then_eval_through_the_cli(tmp_path):
     missing = REQUIRED_METRICS - set(run.data.metrics)
     missing |= {f"eval_sampled/{s}/success_rate" for s in ("basic", "hard", "adversarial")} - set(run.data.metrics)
     assert not missing, f"metrics not logged: {sorted(missing)}"
+    assert 0.2 < run.data.metrics["perf/peak_rss_gb"] < 64  # torch alone takes 0.2 GB: a real reading
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"transcripts", "checkpoint"} <= artifacts
     transcripts = {a.path for a in client.list_artifacts(run_id, "transcripts")}
