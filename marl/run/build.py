@@ -102,9 +102,25 @@ def new_policy(policy_cfg: PolicyConfig, tokenizer: Any, seed: int) -> LLMPolicy
                      max_new_tokens=policy_cfg.max_new_tokens)
 
 
+def saved_tokenizer(model_spec: str) -> Any | None:
+    """The tokenizer saved beside a model folder (a checkpoint), or None for a preset or a folder without one."""
+    folder = Path(model_spec).expanduser()
+    if not (folder / "tokenizer_config.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
 def build_policy(cfg: TrainConfig, make_env: EnvFactory, out_dir: Path, rng: np.random.Generator) -> tuple[Any, Any, Any]:
-    """Offline tokenizer (cached), random-init model from the preset, and the policy around them."""
-    tokenizer = build_tokenizer(make_env, out_dir, cfg.policy, rng)
+    """The tokenizer, the model and the policy around them: a preset gets the offline tokenizer (cached)
+    and random weights; a checkpoint folder comes with the tokenizer it was trained with, whatever the
+    seed (a tokenizer trained on another seed's corpus would read its ids as other text)."""
+    tokenizer = saved_tokenizer(cfg.policy.model)
+    if tokenizer is None:
+        tokenizer = build_tokenizer(make_env, out_dir, cfg.policy, rng)
+    else:
+        train_seeds(rng, cfg.policy.tokenizer_episodes)  # the same draws as a fresh start, so later ones match
     policy = new_policy(cfg.policy, tokenizer, cfg.seed)
     return tokenizer, policy.model, policy
 

@@ -7,6 +7,7 @@ checkpoints refuse NaN weights and never lose the previous good one.
 """
 
 import copy
+import dataclasses
 from functools import partial
 from pathlib import Path
 
@@ -204,6 +205,24 @@ def test_checkpoint_refuses_nan_and_keeps_the_last_good_one(setup, tmp_path):
         save_checkpoint(path, model, tokenizer, _meta(tokenizer, 2))
     assert read_meta(path).iteration == 1
     assert (path / "model.safetensors").is_file()
+
+
+def test_a_run_from_a_checkpoint_reads_ids_with_the_checkpoints_tokenizer(setup, tmp_path):
+    cfg, make_env, tokenizer, model, _ = setup
+    path = save_checkpoint(tmp_path / "ckpt", copy.deepcopy(model), tokenizer, _meta(tokenizer, 1))
+    other = TrainConfig(seed=7)  # another seed's corpus trains another tokenizer
+    other.policy.tokenizer_episodes = cfg.policy.tokenizer_episodes
+    fresh, _, _ = build_policy(other, make_env, tmp_path / "runs", np.random.default_rng(7))
+    assert fresh.get_vocab() != tokenizer.get_vocab()
+    other.policy.model = str(path)
+    rng = np.random.default_rng(7)
+    loaded, loaded_model, _ = build_policy(other, make_env, tmp_path / "runs", rng)
+    assert loaded.get_vocab() == tokenizer.get_vocab()
+    assert torch.equal(loaded_model.get_input_embeddings().weight, model.get_input_embeddings().weight)
+    after_fresh = np.random.default_rng(7)
+    build_policy(other.__class__(seed=7, policy=dataclasses.replace(other.policy, model="tiny-moe")), make_env,
+                 tmp_path / "runs", after_fresh)
+    assert rng.integers(1 << 30) == after_fresh.integers(1 << 30)  # later draws (demos, tasks) as from a preset
 
 
 def test_checkpoint_checks_every_policy_and_critic_of_a_mapping(setup, tmp_path):
