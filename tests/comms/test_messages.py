@@ -10,6 +10,7 @@ from pettingzoo.utils.conversions import parallel_to_aec
 import comms
 import scenarios
 from comms import ChannelConfig, neighbours, split_message
+from scenarios.base import split_turn_budget
 
 
 @pytest.mark.parametrize(
@@ -117,7 +118,9 @@ def test_the_scenario_never_sees_the_say_field():
     a, b = expert_steps(plain, 5, 8), expert_steps(talking, 5, 8, say=lambda agent: "Sydney")
     for (obs_p, out_p), (obs_t, out_t) in zip(a, b, strict=True):
         for agent in obs_p:
-            assert obs_t[agent]["text"].startswith(obs_p[agent]["text"])  # own observation unchanged
+            own_t, budget_t = split_turn_budget(obs_t[agent]["text"])
+            own_p, budget_p = split_turn_budget(obs_p[agent]["text"])
+            assert own_t.startswith(own_p) and budget_t == budget_p  # own observation unchanged, budget last
         if out_p is not None:
             assert out_p[1:] == out_t[1:]  # rewards, terminations, truncations, infos
     assert talking.stats()["comms/messages"] > 0

@@ -197,11 +197,11 @@ def test_tool_names_answers_calls_and_contributions():
     env = scenarios.make("tool_use", split="hard", seed=5)
     assert env.action_classes() == (*TOOLS, "answer")
     env.reset()
-    solution = env._tasks["agent_0"].task.solution
+    solution, family = env._tasks["agent_0"].task.solution, env._tasks["agent_0"].task.family
     assert env.action_class("agent_0", env.expert_action("agent_0")) == solution[0].tool
-    assert env.episode_stats("agent_0") == {"calls": 0.0, "progress": 0.0}
+    assert env.episode_stats("agent_0") == {"calls": 0.0, "progress": 0.0, f"success/{family}": 0.0}
     play_expert(env, 5)
-    assert env.episode_stats("agent_0") == {"calls": float(len(solution)), "progress": 1.0}
+    assert env.episode_stats("agent_0") == {"calls": float(len(solution)), "progress": 1.0, f"success/{family}": 1.0}
     assert env.action_class("agent_0", '{"answer": "Paris"}') == "answer"
     assert env.action_class("agent_0", '{"tool": "get_stock", "args": {}}') is None
     team = scenarios.make("info_split", n_agents=4, split="hard")
