@@ -44,7 +44,7 @@ HARNESS_FAULTS = frozenset({"timeout", "error"})
 _TRUNCATED_MARK = " ...[truncated]"
 TURN_BUDGET_PREFIX = "turn "
 """Start of the line ``turn k of K`` that ends an observation when the scenario shows its turn budget."""
-_TURN_BUDGET_LINE = re.compile(r"\n(turn \d+ of \d+)$")
+_TURN_BUDGET_LINE = re.compile(rf"\n({re.escape(TURN_BUDGET_PREFIX)}\d+ of \d+)$")
 
 
 def split_turn_budget(text: str) -> tuple[str, str | None]:

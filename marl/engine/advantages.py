@@ -190,12 +190,7 @@ def gae(rewards: Sequence[float], values: Sequence[float], bootstrap: float, gam
 
 def discounted_to_go(rewards: Sequence[float], gamma: float) -> np.ndarray:
     """Per turn, the discounted sum of the rewards from that turn to the last (nothing after it)."""
-    out = np.zeros(len(rewards), dtype=np.float64)
-    running = 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        running = float(rewards[t]) + gamma * running
-        out[t] = running
-    return out
+    return gae(rewards, np.zeros(len(rewards)), 0.0, gamma, 1.0)[1]  # with no values, the targets are just that
 
 
 def bootstrap_needed(ep: Episode) -> bool:

@@ -1,5 +1,7 @@
 """Helpers shared by the scenario tests (a plain module: tests/ has no packages, so conftest cannot be imported)."""
 
+from scenarios.base import split_turn_budget
+
 
 def play_expert(env, seed: int) -> dict[str, str]:
     """Run every agent with the expert until all finish; return each agent's termination reason."""
@@ -16,6 +18,4 @@ def play_expert(env, seed: int) -> dict[str, str]:
 
 def news(observation: dict[str, str]) -> str:
     """An observation's text without the ``turn k of K`` line that scenarios showing their budget end it with."""
-    text = observation["text"]
-    head, sep, last = text.rpartition("\n")
-    return head if sep and last.startswith("turn ") and " of " in last else text
+    return split_turn_budget(observation["text"])[0]
