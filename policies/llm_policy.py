@@ -2,7 +2,9 @@
 
 `generate` serves every env x agent of a turn in ONE batched call: left padding, explicit
 position ids, a prefill forward then incremental decoding through the model's KV cache, with
-per-sample masks from each grammar's `TokenTrie`. It returns the ids, the log-probabilities
+per-sample masks from each grammar's `TokenTrie`. A token the grammar forces (the only one allowed
+at its node: most of an action's punctuation and names) is appended without sampling and fed with
+the sampled token before it in one chunk, so a forward is spent per decision, not per token. It returns the ids, the log-probabilities
 under the exact (masked, temperature-scaled) distribution sampled from, and the allowed ids per
 token. `sequence_logprobs` is the learner's side: one right-padded forward of prompt + action
 under the same masks and temperature, with entropy and (for MoE models) router statistics.
@@ -27,7 +29,7 @@ from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
 from policies.outputs import Generation, SequenceScores
 from policies.scoring import score_spans
-from policies.turn_cache import TurnCache, fresh_prefill
+from policies.turn_cache import TurnCache, fresh_prefill, left_padded
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -165,19 +167,20 @@ class LLMPolicy:
 
         was_training = self.model.training
         self.model.eval()
+        token_ids: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[list[float]] = [[] for _ in range(n)]
+        allowed: list[list[list[int]] | None] = [None if t is None else [] for t in tries]
+        finished = [False] * n
+        active = [True] * n
+        fed = [0] * n  # generated tokens of each row already fed through the model (so in its KV cache)
         try:
             kwargs: dict = {"logits_to_keep": 1} if self._has_logits_to_keep else {}
             if pre.cache is not None:
                 kwargs[self._cache_kwarg] = pre.cache
             out = self.model(input_ids=pre.input_ids, attention_mask=attention, position_ids=pre.positions,
                              use_cache=True, **kwargs)
-            token_ids: list[list[int]] = [[] for _ in range(n)]
-            logprobs: list[list[float]] = [[] for _ in range(n)]
-            allowed: list[list[list[int]] | None] = [None if t is None else [] for t in tries]
-            finished = [False] * n
-            active = [True] * n
-            last_pos = pre.positions[:, -1]
-            for step in range(self.max_new_tokens):
+            next_pos = pre.positions[:, -1] + 1
+            for _ in range(self.max_new_tokens):  # every step adds at least one token to each active row
                 logits = out.logits[:, -1, :].float() / self.temperature
                 allow = table[torch.tensor(state, device=device)]
                 logp = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
@@ -188,40 +191,57 @@ class LLMPolicy:
                 chosen_logp = logp.gather(-1, chosen[:, None]).squeeze(-1)
                 toks, lps = chosen.tolist(), chosen_logp.tolist()
                 for i in range(n):
-                    if not active[i]:
-                        continue
-                    tok, trie = toks[i], tries[i]
-                    token_ids[i].append(tok)
-                    logprobs[i].append(lps[i])
-                    if trie is not None:
-                        allowed[i].append(trie.allowed(nodes[i]))
-                    if tok == self.end_id:
-                        finished[i], active[i], state[i] = True, False, 1
-                    elif trie is not None:
-                        nodes[i] = trie.children[nodes[i]][tok]
-                        state[i] = offsets[id(trie)] + nodes[i]
-                    if active[i] and len(token_ids[i]) >= self.max_new_tokens:
-                        active[i], state[i] = False, 1
-                if not any(active) or step == self.max_new_tokens - 1:
+                    if active[i]:
+                        self._append(i, toks[i], lps[i], tries[i], nodes, token_ids, logprobs, allowed, finished)
+                        if finished[i] or len(token_ids[i]) >= self.max_new_tokens:
+                            active[i], state[i] = False, 1
+                        elif tries[i] is not None:
+                            state[i] = offsets[id(tries[i])] + nodes[i]
+                if not any(active):
                     break
-                feed = torch.tensor([t if a else self.pad_id for t, a in zip(toks, active, strict=True)],
-                                    device=device)[:, None]
-                # finished rows feed masked padding: what a turn cache keeps must hold real tokens only
-                attention = torch.cat([attention, torch.tensor(active, device=device, dtype=attention.dtype)[:, None]],
-                                      dim=1)
-                last_pos = last_pos + 1
+                # Each active row feeds its new tokens (the sampled one and any the grammar forced after it)
+                # in one chunk; finished rows feed masked padding, so a turn cache keeps real tokens only.
+                chunks = [token_ids[i][fed[i]:] if active[i] else [] for i in range(n)]
+                feed, chunk_mask = left_padded(chunks, self.pad_id, device)
+                attention = torch.cat([attention, chunk_mask.to(attention.dtype)], dim=1)
+                positions = next_pos[:, None] + (chunk_mask.cumsum(-1) - 1).clamp_min(0)
+                next_pos = next_pos + chunk_mask.sum(-1)
+                for i in range(n):
+                    fed[i] += len(chunks[i])
                 cache = out.cache if hasattr(out, "cache") else out.past_key_values
-                out = self.model(input_ids=feed, attention_mask=attention, position_ids=last_pos[:, None],
-                                 use_cache=True, **{self._cache_kwarg: cache})
+                out = self.model(input_ids=feed, attention_mask=attention, position_ids=positions, use_cache=True,
+                                 **{self._cache_kwarg: cache, **({"logits_to_keep": 1} if self._has_logits_to_keep
+                                                                 else {})})
         finally:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
             cache = out.cache if hasattr(out, "cache") else out.past_key_values
-            # a row's tokens are fed back while it stays active, so all but its last one are cached
-            turn_cache.keep(keys, cache, attention, [list(p) + ids[:-1] for p, ids in zip(prompts, token_ids, strict=True)])
+            turn_cache.keep(keys, cache, attention, [list(p) + ids[:k] for p, ids, k in
+                                                     zip(prompts, token_ids, fed, strict=True)])
 
         texts = [self.chat.decode_action([t for t in ids if t != self.end_id]) for ids in token_ids]
         return Generation(token_ids, logprobs, texts, allowed, finished, lengths)
+
+    def _append(self, i: int, tok: int, logp: float, trie: TokenTrie | None, nodes: list[int],
+                token_ids: list[list[int]], logprobs: list[list[float]], allowed: list, finished: list[bool]) -> None:
+        """Append a sampled token to row i, then every token its grammar forces after it (the only id
+        allowed at that node; its log-prob under the masked distribution is exactly 0), so a row spends
+        a forward only on real decisions."""
+        while True:
+            token_ids[i].append(tok)
+            logprobs[i].append(logp)
+            if trie is not None:
+                allowed[i].append(trie.allowed(nodes[i]))
+            if tok == self.end_id:
+                finished[i] = True
+                return
+            if trie is None:
+                return
+            nodes[i] = trie.children[nodes[i]][tok]
+            options = trie.allowed(nodes[i])
+            if len(options) != 1 or len(token_ids[i]) >= self.max_new_tokens:
+                return
+            tok, logp = options[0], 0.0
 
     # -- learning ------------------------------------------------------------------------
     def sequence_logprobs(

@@ -41,14 +41,16 @@ class SequenceScores:
     logprobs: torch.Tensor  # [B, A] float32, 0 where mask is False
     mask: torch.Tensor  # [B, A] bool, True on real action tokens
     entropy: torch.Tensor  # [B, A] entropy of the masked temperature-scaled distribution, 0 on padding
-    log_dist: torch.Tensor | None = None  # [tokens, vocab] log-probs of each span token's masked distribution
-    slots: torch.Tensor | None = None  # [tokens] where each row of `log_dist` lies in the flattened [B, A] grid
+    # [decisions, vocab] log-probs of each decision token's masked distribution; a forced token (one
+    # allowed id) has none: its log-prob, entropy and any KL are exactly 0
+    log_dist: torch.Tensor | None = None
+    slots: torch.Tensor | None = None  # [decisions] where each row of `log_dist` lies in the flattened [B, A] grid
     aux_loss: torch.Tensor | None = None  # Switch load-balancing loss (about top_k when balanced)
     router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer [B*T, num_experts]
     expert_load: torch.Tensor | None = None  # [layers, num_experts] fraction of top-k picks, detached
 
     def per_token(self, values: torch.Tensor) -> torch.Tensor:
-        """A per-row value of `log_dist` ([tokens]) laid out like `logprobs` ([B, A], 0 on padding)."""
+        """A per-row value of `log_dist` ([decisions]) laid out like `logprobs` ([B, A], 0 elsewhere)."""
         if self.slots is None:
             raise ValueError("these scores carry no distributions (log_dist)")
         grid = torch.zeros(self.logprobs.numel(), device=values.device, dtype=values.dtype)

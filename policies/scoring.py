@@ -2,7 +2,8 @@
 
 One right-padded training forward per batch of sequences; the logits that predicted each span
 token are gathered, masked exactly as constrained decoding masked them (free decoding's mask when
-no grammar was used), scaled by the sampling temperature and normalized. Returns per-token
+no grammar was used), scaled by the sampling temperature and normalized. Tokens the grammar forced
+(one allowed id) have log-prob and entropy 0 without logits; the output layer runs on decisions only. Returns per-token
 log-probs, the entropy of those masked distributions, the distributions themselves (so that a KL
 to another policy can be computed exactly over each allowed set), and for MoE models the router
 logits, the Switch load-balancing loss and per-layer expert load. Gradients flow if the caller
@@ -49,34 +50,53 @@ def score_spans(
         attention[i, : len(seq)] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
     positions = torch.arange(width, device=device)[None].expand(n, -1)
-    kwargs = {"output_router_logits": True} if with_router_logits else {}
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False,
-                       **kwargs)
 
     # Flatten every span token: (sequence row, position of the token); logits at position - 1 predict it.
+    # A token its grammar forced (one allowed id) has log-prob and entropy exactly 0 and needs no logits:
+    # only decisions are scored, which spares the output layer most positions.
     flat_span = [(r, start, length, allowed[r][k]) for r, row in enumerate(spans)
                  for k, (start, length) in enumerate(row)]
     lengths = [length for _, _, length, _ in flat_span]
     a_max = max(lengths, default=0)
-    rows, cols, targets, slot = [], [], [], []
-    for s_idx, (r, start, length, _) in enumerate(flat_span):
+    rows, cols, targets, slot, decision_spans = [], [], [], [], []
+    for s_idx, (r, start, length, ids_per_tok) in enumerate(flat_span):
         if start < 1 or start + length > len(sequences[r]):
             raise ValueError(f"span ({start}, {length}) does not fit sequence {r} of length {len(sequences[r])}")
+        if ids_per_tok is not None and len(ids_per_tok) != length:
+            raise ValueError(f"{len(ids_per_tok)} allowed lists for a span of {length} tokens")
+        kept = []
         for j in range(length):
+            target = sequences[r][start + j]
+            if ids_per_tok is not None and len(ids_per_tok[j]) == 1:
+                if ids_per_tok[j][0] != target:
+                    raise ValueError(_OUTSIDE)
+                continue
             rows.append(r)
             cols.append(start + j - 1)
-            targets.append(sequences[r][start + j])
+            targets.append(target)
             slot.append(s_idx * a_max + j)
-    vocab = out.logits.shape[-1]
-    logits = out.logits[torch.tensor(rows, device=device), torch.tensor(cols, device=device)].float()
-    logits = logits / temperature
-    allow = _allow_rows(free_mask, flat_span, vocab, device)
+            kept.append(None if ids_per_tok is None else ids_per_tok[j])
+        decision_spans.append(kept)
+    kwargs = {"output_router_logits": True} if with_router_logits else {}
+    row_t, col_t = torch.tensor(rows, device=device, dtype=torch.long), torch.tensor(cols, device=device,
+                                                                                       dtype=torch.long)
+    body_head = _body_and_head(model)
+    if body_head is not None:
+        # Right padding under a causal mask: no real token sees a later pad, so the forward needs no padding
+        # mask (the plain causal path); router statistics below still leave the padding out.
+        body, head = body_head
+        out = body(input_ids=input_ids, position_ids=positions, use_cache=False, **kwargs)
+        logits = head(out.last_hidden_state[row_t, col_t])
+    else:
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False, **kwargs)
+        logits = out.logits[row_t, col_t]
+    logits = logits.float() / temperature
+    allow = _allow_rows(free_mask, decision_spans, logits.shape[-1], device)
     logp_all = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
-    target_t = torch.tensor(targets, device=device)
+    target_t = torch.tensor(targets, device=device, dtype=torch.long)
     tok_logp = logp_all.gather(-1, target_t[:, None]).squeeze(-1)
     if torch.isinf(tok_logp).any():
-        raise ValueError("an action token lies outside its allowed set; pass the `allowed` lists recorded "
-                         "by generate for these exact actions")
+        raise ValueError(_OUTSIDE)
     entropy_flat = -(logp_all.exp() * logp_all.masked_fill(~allow, 0.0)).sum(-1)
     n_spans = len(flat_span)
     slot_t = torch.tensor(slot, device=device, dtype=torch.long)
@@ -89,29 +109,42 @@ def score_spans(
         layers = tuple(r for r in router if isinstance(r, torch.Tensor))
         if layers:
             scores.router_logits = layers
-            scores.aux_loss = aux_loss(model, out, layers, attention)
+            scores.aux_loss = aux_loss(model, None if body_head is not None else out, layers, attention)
             scores.expert_load = expert_load(layers, attention, expert_counts(model)[1])
     return scores
 
 
-def _allow_rows(free: torch.Tensor, flat_span: list, vocab: int, device: torch.device) -> torch.Tensor:
-    """Bool [tokens, vocab]: the allowed ids of every span token, in flattening order."""
+_OUTSIDE = ("an action token lies outside its allowed set; pass the `allowed` lists recorded by generate for these "
+            "exact actions")
+
+
+def _body_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """The transformer body and the output layer, when the logits are nothing but the output layer applied
+    to the body's last hidden states (None for models that scale or cap their logits: they take the full
+    forward)."""
+    cfg = model.config
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None) not in (None, 1, 1.0):
+        return None
+    body, head = model.get_decoder(), model.get_output_embeddings()
+    if body is None or body is model or not isinstance(head, torch.nn.Linear):
+        return None
+    return body, head
+
+
+def _allow_rows(free: torch.Tensor, decision_spans: list[list[list[int] | None]], vocab: int,
+                device: torch.device) -> torch.Tensor:
+    """Bool [decisions, vocab]: the allowed ids of every scored token, in flattening order (None: free)."""
     if vocab != free.shape[0]:
         raise ValueError(f"model logits have {vocab} entries but the policy expected {free.shape[0]}")
-    total = sum(length for _, _, length, _ in flat_span)
-    allow = free[None].expand(total, vocab).clone()
+    kept = [ids for span in decision_spans for ids in span]
+    allow = free[None].expand(len(kept), vocab).clone()
     rows: list[int] = []
     cols: list[int] = []
-    offset = 0
-    for _, _, length, ids_per_tok in flat_span:
-        if ids_per_tok is not None:
-            if len(ids_per_tok) != length:
-                raise ValueError(f"{len(ids_per_tok)} allowed lists for a span of {length} tokens")
-            allow[offset : offset + length] = False
-            for j, ids in enumerate(ids_per_tok):
-                rows.extend([offset + j] * len(ids))
-                cols.extend(ids)
-        offset += length
+    for k, ids in enumerate(kept):
+        if ids is not None:
+            allow[k] = False
+            rows.extend([k] * len(ids))
+            cols.extend(ids)
     if rows:
         allow[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = True
     return allow

@@ -2,7 +2,7 @@
 
 Every turn's prompt is a prefix of the next, so an agent-episode is ONE token sequence (its last
 prompt + last action) whose action spans are scored in one forward. `micro_batches` cuts a
-minibatch's sequences into groups whose padded size stays under a token budget, so a training
+minibatch's sequences, longest first, into groups whose padded size stays under a token budget, so a training
 forward's memory is bounded by that budget, not by the batch. Left out: what is computed on them
 (`marl.engine.learner`).
 """
@@ -87,10 +87,11 @@ def padded_tokens(pieces: Sequence[EpisodeSequence]) -> int:
 
 
 def micro_batches(pieces: Sequence[EpisodeSequence], budget: int) -> list[list[EpisodeSequence]]:
-    """Consecutive groups of `pieces` whose padded size stays within `budget` tokens (a longer sequence
-    forms a group of its own); 0 keeps them in one group."""
+    """Groups of `pieces` whose padded size stays within `budget` tokens (a longer sequence forms a group of
+    its own); 0 keeps them in one group. Pieces are grouped longest first, so rows of a group are of similar
+    length and little of a forward is padding (their gradients add up the same in any order)."""
     groups: list[list[EpisodeSequence]] = []
-    for piece in pieces:
+    for piece in sorted(pieces, key=lambda p: len(p.sequence), reverse=True):
         if groups and budget > 0 and padded_tokens([*groups[-1], piece]) > budget:
             groups.append([piece])
         elif groups:

