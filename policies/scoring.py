@@ -3,8 +3,8 @@
 One right-padded training forward per batch of sequences; the logits that predicted each span
 token are gathered, masked exactly as constrained decoding masked them (free decoding's mask when
 no grammar was used), scaled by the sampling temperature and normalized. Tokens the grammar forced
-(one allowed id) have log-prob and entropy 0 without logits; the output layer runs on decisions only. Returns per-token
-log-probs, the entropy of those masked distributions, the distributions themselves (so that a KL
+(one allowed id) have log-prob and entropy 0 without logits; the output layer runs on decisions only,
+and sequences that share a prefix run it once (`policies/span_forward.py`). Returns per-token log-probs, the entropy of those masked distributions, the distributions themselves (so that a KL
 to another policy can be computed exactly over each allowed set), and for MoE models the router
 logits, the Switch load-balancing loss and per-layer expert load. Gradients flow if the caller
 enables them.
@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 
 from policies.outputs import SequenceScores
 from policies.router_stats import aux_loss, expert_counts, expert_load
+from policies.span_forward import decision_logits
 
 
 def score_spans(
@@ -41,16 +42,6 @@ def score_spans(
     if not (len(sequences) == len(spans) == len(allowed)):
         raise ValueError("sequences, spans and allowed must have one entry per sequence")
     device = free_mask.device
-    n = len(sequences)
-    width = max(len(s) for s in sequences)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((n, width), dtype=torch.long)
-    for i, seq in enumerate(sequences):  # right padding
-        input_ids[i, : len(seq)] = torch.tensor(list(seq), dtype=torch.long)
-        attention[i, : len(seq)] = 1
-    input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = torch.arange(width, device=device)[None].expand(n, -1)
-
     # Flatten every span token: (sequence row, position of the token); logits at position - 1 predict it.
     # A token its grammar forced (one allowed id) has log-prob and entropy exactly 0 and needs no logits:
     # only decisions are scored, which spares the output layer most positions.
@@ -77,20 +68,9 @@ def score_spans(
             slot.append(s_idx * a_max + j)
             kept.append(None if ids_per_tok is None else ids_per_tok[j])
         decision_spans.append(kept)
-    kwargs = {"output_router_logits": True} if with_router_logits else {}
-    row_t, col_t = torch.tensor(rows, device=device, dtype=torch.long), torch.tensor(cols, device=device,
-                                                                                       dtype=torch.long)
-    body_head = _body_and_head(model)
-    if body_head is not None:
-        # Right padding under a causal mask: no real token sees a later pad, so the forward needs no padding
-        # mask (the plain causal path); router statistics below still leave the padding out.
-        body, head = body_head
-        out = body(input_ids=input_ids, position_ids=positions, use_cache=False, **kwargs)
-        logits = head(out.last_hidden_state[row_t, col_t])
-    else:
-        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False, **kwargs)
-        logits = out.logits[row_t, col_t]
-    logits = logits.float() / temperature
+    fwd = decision_logits(model, sequences, rows, cols, shared_until=[row[0][0] - 1 if row else 0 for row in spans],
+                          pad_id=pad_id, device=device, with_router_logits=with_router_logits)
+    logits = fwd.logits.float() / temperature
     allow = _allow_rows(free_mask, decision_spans, logits.shape[-1], device)
     logp_all = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
     target_t = torch.tensor(targets, device=device, dtype=torch.long)
@@ -104,31 +84,16 @@ def score_spans(
     entropy = torch.zeros(n_spans * a_max, device=device).index_put((slot_t,), entropy_flat).view(n_spans, a_max)
     mask = torch.arange(a_max, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
     scores = SequenceScores(logprobs=logprobs, mask=mask, entropy=entropy, log_dist=logp_all, slots=slot_t)
-    router = getattr(out, "router_logits", None) if kwargs else None
-    if router:
-        layers = tuple(r for r in router if isinstance(r, torch.Tensor))
-        if layers:
-            scores.router_logits = layers
-            scores.aux_loss = aux_loss(model, None if body_head is not None else out, layers, attention)
-            scores.expert_load = expert_load(layers, attention, expert_counts(model)[1])
+    if fwd.router_layers:
+        scores.router_logits = fwd.router_layers
+        scores.aux_loss = fwd.model_aux if fwd.model_aux is not None else aux_loss(
+            model, None, fwd.router_layers, fwd.token_mask)
+        scores.expert_load = expert_load(fwd.router_layers, fwd.token_mask, expert_counts(model)[1])
     return scores
 
 
 _OUTSIDE = ("an action token lies outside its allowed set; pass the `allowed` lists recorded by generate for these "
             "exact actions")
-
-
-def _body_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module] | None:
-    """The transformer body and the output layer, when the logits are nothing but the output layer applied
-    to the body's last hidden states (None for models that scale or cap their logits: they take the full
-    forward)."""
-    cfg = model.config
-    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None) not in (None, 1, 1.0):
-        return None
-    body, head = model.get_decoder(), model.get_output_embeddings()
-    if body is None or body is model or not isinstance(head, torch.nn.Linear):
-        return None
-    return body, head
 
 
 def _allow_rows(free: torch.Tensor, decision_spans: list[list[list[int] | None]], vocab: int,

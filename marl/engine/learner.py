@@ -99,7 +99,8 @@ class Learner:
 
         Each agent-episode is scored as ONE sequence (its last prompt + last action): every turn's
         prompt is a prefix of the next, so all its turns' action spans come out of one forward,
-        without re-running the shared prefix once per turn. `train_policy=False` (a critic warm-up)
+        without re-running the shared prefix once per turn. Minibatches hold whole groups (in random
+        order), whose episodes share their task's first prompt. `train_policy=False` (a critic warm-up)
         steps the critic only: the policy, its optimizer and the KL controller stay as they are.
         """
         if not train_policy and self.critic is None:
@@ -118,7 +119,7 @@ class Learner:
             self.critic.model.train()
         first = True
         for _ in range(self.cfg.epochs):
-            order = self.rng.permutation(len(episodes))
+            order = self._group_order(batch, episodes)
             for chunk in np.array_split(order, min(self.cfg.minibatches, len(episodes))) if train_policy else ():
                 pieces = [episode_sequence(batch, episodes[i]) for i in chunk]
                 for key, value in self._step(batch, adv, anchor, pieces, first).items():
@@ -139,6 +140,14 @@ class Learner:
         out["train/critic_warmup"] = float(not train_policy)
         out["train/episodes"] = float(len(episodes))
         return out
+
+    def _group_order(self, batch: RolloutBatch, episodes: list[int]) -> np.ndarray:
+        """A random order of `episodes` that keeps each group's together (groups in random order), so a
+        minibatch holds whole groups and their shared first prompts run once per micro-batch."""
+        groups = sorted({batch.episodes[e].group for e in episodes})
+        rank = dict(zip(groups, self.rng.permutation(len(groups)), strict=True))
+        jitter = self.rng.random(len(episodes))
+        return np.lexsort((jitter, [rank[batch.episodes[e].group] for e in episodes]))
 
     def _step(self, batch: RolloutBatch, adv: Advantages, anchor: np.ndarray, pieces: list[EpisodeSequence],
               first: bool) -> dict[str, float]:

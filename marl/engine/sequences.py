@@ -2,8 +2,8 @@
 
 Every turn's prompt is a prefix of the next, so an agent-episode is ONE token sequence (its last
 prompt + last action) whose action spans are scored in one forward. `micro_batches` cuts a
-minibatch's sequences, longest first, into groups whose padded size stays under a token budget, so a training
-forward's memory is bounded by that budget, not by the batch. Left out: what is computed on them
+minibatch's sequences, those of one task together and longest first, into groups whose forward stays
+under a token budget, so a training forward's memory is bounded by that budget, not by the batch. Left out: what is computed on them
 (`marl.engine.learner`).
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from marl.engine.rollout import Episode, RolloutBatch, Turn
+from policies.span_forward import forward_tokens
 
 
 def decision_mask(turns: list[Turn], width: int) -> torch.Tensor:
@@ -81,17 +82,29 @@ def subset(batch: RolloutBatch, keep: Callable[[Episode], bool]) -> RolloutBatch
                         batch.generate_seconds, batch.env_seconds)
 
 
+def shared_until(piece: EpisodeSequence) -> int:
+    """Leading tokens of an episode's sequence that other episodes of its task may share: its first prompt
+    but the last token (whose logits predict the first action)."""
+    return piece.spans[0][0] - 1 if piece.spans else 0
+
+
 def padded_tokens(pieces: Sequence[EpisodeSequence]) -> int:
-    """Tokens of one right-padded forward over `pieces`: rows x the longest sequence."""
-    return len(pieces) * max((len(p.sequence) for p in pieces), default=0)
+    """Tokens of one training forward over `pieces`: a shared first prompt runs once, the rest padded."""
+    return forward_tokens([p.sequence for p in pieces], [shared_until(p) for p in pieces])
 
 
 def micro_batches(pieces: Sequence[EpisodeSequence], budget: int) -> list[list[EpisodeSequence]]:
-    """Groups of `pieces` whose padded size stays within `budget` tokens (a longer sequence forms a group of
-    its own); 0 keeps them in one group. Pieces are grouped longest first, so rows of a group are of similar
-    length and little of a forward is padding (their gradients add up the same in any order)."""
+    """Groups of `pieces` whose forward stays within `budget` tokens (a longer sequence forms a group of its
+    own); 0 keeps them in one group. Episodes that share a first prompt are kept together (it then runs
+    once), longest first, so rows of a group are of similar length and little of a forward is padding;
+    their gradients add up the same in any order."""
+    by_prompt: dict[tuple[int, ...], list[EpisodeSequence]] = {}
+    for piece in pieces:
+        by_prompt.setdefault(tuple(piece.sequence[: shared_until(piece)]), []).append(piece)
+    families = sorted((sorted(f, key=lambda p: len(p.sequence), reverse=True) for f in by_prompt.values()),
+                      key=lambda f: len(f[0].sequence), reverse=True)
     groups: list[list[EpisodeSequence]] = []
-    for piece in sorted(pieces, key=lambda p: len(p.sequence), reverse=True):
+    for piece in (p for family in families for p in family):
         if groups and budget > 0 and padded_tokens([*groups[-1], piece]) > budget:
             groups.append([piece])
         elif groups:
