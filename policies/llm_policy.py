@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,7 @@ from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
 from policies.outputs import Generation, SequenceScores
 from policies.scoring import score_spans
-from policies.turn_cache import TurnCache, fresh_prefill, left_padded
+from policies.turn_cache import Prefill, TurnCache, fresh_prefill, left_padded
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -174,14 +174,10 @@ class LLMPolicy:
         active = [True] * n
         fed = [0] * n  # generated tokens of each row already fed through the model (so in its KV cache)
         try:
-            kwargs: dict = {"logits_to_keep": 1} if self._has_logits_to_keep else {}
-            if pre.cache is not None:
-                kwargs[self._cache_kwarg] = pre.cache
-            out = self.model(input_ids=pre.input_ids, attention_mask=attention, position_ids=pre.positions,
-                             use_cache=True, **kwargs)
-            next_pos = pre.positions[:, -1] + 1
+            last, cache, attention, positions = self._prefill(prompts, pre)
+            next_pos = positions[:, -1] + 1
             for _ in range(self.max_new_tokens):  # every step adds at least one token to each active row
-                logits = out.logits[:, -1, :].float() / self.temperature
+                logits = last.float() / self.temperature
                 allow = table[torch.tensor(state, device=device)]
                 logp = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
                 if greedy:
@@ -208,19 +204,40 @@ class LLMPolicy:
                 next_pos = next_pos + chunk_mask.sum(-1)
                 for i in range(n):
                     fed[i] += len(chunks[i])
-                cache = out.cache if hasattr(out, "cache") else out.past_key_values
-                out = self.model(input_ids=feed, attention_mask=attention, position_ids=positions, use_cache=True,
-                                 **{self._cache_kwarg: cache, **({"logits_to_keep": 1} if self._has_logits_to_keep
-                                                                 else {})})
+                last, cache = self._forward(feed, attention, positions, cache)
         finally:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
-            cache = out.cache if hasattr(out, "cache") else out.past_key_values
             turn_cache.keep(keys, cache, attention, [list(p) + ids[:k] for p, ids, k in
                                                      zip(prompts, token_ids, fed, strict=True)])
 
         texts = [self.chat.decode_action([t for t in ids if t != self.end_id]) for ids in token_ids]
         return Generation(token_ids, logprobs, texts, allowed, finished, lengths)
+
+    def _forward(self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
+                 ) -> tuple[torch.Tensor, Any]:
+        """One cached forward: the logits at each row's last column, and the cache after it."""
+        kwargs: dict = {"logits_to_keep": 1} if self._has_logits_to_keep else {}
+        if cache is not None:
+            kwargs[self._cache_kwarg] = cache
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **kwargs)
+        return out.logits[:, -1, :], (out.cache if hasattr(out, "cache") else out.past_key_values)
+
+    def _prefill(self, prompts: Sequence[Sequence[int]], pre: Prefill) -> tuple[torch.Tensor, Any, torch.Tensor,
+                                                                                torch.Tensor]:
+        """The first forward: (last logits, cache, attention, positions). A fresh prefill runs each distinct
+        prompt once (the rollouts of one task start alike) and copies its cache rows to every row that has it."""
+        distinct: dict[tuple[int, ...], int] = {}
+        index = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        if pre.cache is None and len(distinct) < len(prompts):
+            once = fresh_prefill([list(k) for k in distinct], self.pad_id, pre.input_ids.device)
+            last, cache = self._forward(once.input_ids, once.attention, once.positions, None)
+            if hasattr(cache, "batch_select_indices"):  # else: a cache that cannot copy rows reads every prompt
+                rows = torch.tensor(index, dtype=torch.long, device=last.device)
+                cache.batch_select_indices(rows)
+                return last[rows], cache, once.attention[rows], once.positions[rows]
+        last, cache = self._forward(pre.input_ids, pre.attention, pre.positions, pre.cache)
+        return last, cache, pre.attention, pre.positions
 
     def _append(self, i: int, tok: int, logp: float, trie: TokenTrie | None, nodes: list[int],
                 token_ids: list[list[int]], logprobs: list[list[float]], allowed: list, finished: list[bool]) -> None:

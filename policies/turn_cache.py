@@ -9,7 +9,8 @@ and the real tokens of each row (keyed by the caller, e.g. `(env index, agent)`)
 
 Rows are left-padded per call, so the kept mask has holes (padding columns between turns); the
 mask and explicit position ids (real tokens only) make that invisible to the model, the same way
-left padding is. A call reuses the cache only when every row's cached tokens are a prefix of its
+left padding is, and each reuse first compacts them away (`compact`) so that later forwards do not
+attend over them. A call reuses the cache only when every row's cached tokens are a prefix of its
 new prompt; anything else (a new episode, a row the cache has not seen) prefills from scratch.
 
 Left out: invalidation when the weights change. The caller owns a cache's lifetime and must drop
@@ -50,6 +51,34 @@ def left_padded(chunks: Sequence[Sequence[int]], pad_id: int, device: torch.devi
     return ids.to(device), mask.to(device)
 
 
+def compact(cache: Any, mask: torch.Tensor) -> torch.Tensor:
+    """Drop the padding columns of a kept cache in place (each row's real columns, right-aligned) and return
+    the matching mask. Rows are padded per call and finish at different steps, so a cache gathers holes
+    that every later forward would otherwise attend over; positions live in the keys, so nothing else
+    changes. Caches with sliding-window or other non-plain layers are left as they are."""
+    layers = getattr(cache, "layers", None)
+    if not layers or any(getattr(layer, "is_sliding", False) or not hasattr(layer, "keys") for layer in layers):
+        return mask
+    real = mask.bool()
+    counts = real.sum(-1)
+    width = int(counts.max())
+    if width == mask.shape[1]:
+        return mask
+    # column j of the compacted row r takes the (j - (width - count_r))-th real column of r, or stays padding
+    order = torch.sort((~real).to(torch.int8), dim=1, stable=True).indices  # real columns first, in order
+    shift = (width - counts)[:, None]
+    j = torch.arange(width, device=mask.device)[None]
+    src = order.gather(1, (j - shift).clamp_min(0))
+    keep = j >= shift
+    for layer in layers:
+        if layer.keys is None or layer.keys.numel() == 0:
+            continue
+        index = src.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+        layer.keys = layer.keys.gather(2, index)
+        layer.values = layer.values.gather(2, index)
+    return keep.to(mask.dtype)
+
+
 def fresh_prefill(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device | str) -> Prefill:
     """Whole prompts, left-padded; positions count real tokens, so a row sees the same positions as alone."""
     ids, mask = left_padded(prompts, pad_id, device)
@@ -81,7 +110,7 @@ class TurnCache:
         self.reused_calls += 1
         index = torch.tensor(rows, dtype=torch.long, device=self._mask.device)
         self._cache.batch_select_indices(index)
-        past_mask = self._mask[index].to(device)
+        past_mask = compact(self._cache, self._mask[index]).to(device)
         done = [len(self._tokens[r]) for r in rows]
         self.reused_tokens += sum(done)
         ids, mask = left_padded([list(p[n:]) for p, n in zip(prompts, done, strict=True)], pad_id, device)
