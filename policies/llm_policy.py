@@ -11,8 +11,9 @@ under the same masks and temperature, with entropy and (for MoE models) router s
 Works with any `AutoModelForCausalLM`; router parts are skipped when the model has none.
 The result records (`Generation`, `SequenceScores`) live in `policies/outputs.py` and the scoring
 forward in `policies/scoring.py`; both names stay importable from here.
-Left out: value / opponent heads, beam search, stop strings, and removing finished rows
-from the batch mid-generation (they ride along masked; their outputs are ignored).
+Rows that finished leave the batch once a quarter of it is done (their cache is set aside and put
+back for the turn cache), so late forwards run on the rows still deciding.
+Left out: value / opponent heads, beam search, stop strings.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
 from policies.outputs import Generation, SequenceScores
 from policies.scoring import score_spans
-from policies.turn_cache import Prefill, TurnCache, fresh_prefill, left_padded
+from policies.turn_cache import Prefill, TurnCache, fresh_prefill, left_padded, put_rows_back, rows_movable, take_rows
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -176,9 +177,12 @@ class LLMPolicy:
         try:
             last, cache, attention, positions = self._prefill(prompts, pre)
             next_pos = positions[:, -1] + 1
+            live = list(range(n))  # the rows still in the batch, in cache order
+            parked: list[tuple[list[int], Any]] = []  # rows taken out when they finished, with their cache
+            can_park = rows_movable(cache)
             for _ in range(self.max_new_tokens):  # every step adds at least one token to each active row
                 logits = last.float() / self.temperature
-                allow = table[torch.tensor(state, device=device)]
+                allow = table[torch.tensor([state[i] for i in live], device=device)]
                 logp = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
                 if greedy:
                     chosen = logp.argmax(-1)
@@ -186,28 +190,41 @@ class LLMPolicy:
                     chosen = torch.multinomial(logp.exp(), 1, generator=rng).squeeze(-1)
                 chosen_logp = logp.gather(-1, chosen[:, None]).squeeze(-1)
                 toks, lps = chosen.tolist(), chosen_logp.tolist()
-                for i in range(n):
+                for j, i in enumerate(live):
                     if active[i]:
-                        self._append(i, toks[i], lps[i], tries[i], nodes, token_ids, logprobs, allowed, finished)
+                        self._append(i, toks[j], lps[j], tries[i], nodes, token_ids, logprobs, allowed, finished)
                         if finished[i] or len(token_ids[i]) >= self.max_new_tokens:
                             active[i], state[i] = False, 1
                         elif tries[i] is not None:
                             state[i] = offsets[id(tries[i])] + nodes[i]
-                if not any(active):
+                if not any(active[i] for i in live):
                     break
+                idle = [j for j, i in enumerate(live) if not active[i]]
+                if can_park and 4 * len(idle) >= len(live):
+                    # A quarter of the batch is done: take those rows (and their cache) out, so the next forwards
+                    # run on the rows still deciding; a turn cache gets them back at the end.
+                    busy = [j for j, i in enumerate(live) if active[i]]
+                    if turn_cache is not None and keys is not None:
+                        parked.append(([live[j] for j in idle], take_rows(cache, attention, idle)))
+                    index = torch.tensor(busy, dtype=torch.long, device=device)
+                    cache.batch_select_indices(index)
+                    attention, next_pos = attention[index], next_pos[index]
+                    live = [live[j] for j in busy]
                 # Each active row feeds its new tokens (the sampled one and any the grammar forced after it)
                 # in one chunk; finished rows feed masked padding, so a turn cache keeps real tokens only.
-                chunks = [token_ids[i][fed[i]:] if active[i] else [] for i in range(n)]
+                chunks = [token_ids[i][fed[i]:] if active[i] else [] for i in live]
                 feed, chunk_mask = left_padded(chunks, self.pad_id, device)
                 attention = torch.cat([attention, chunk_mask.to(attention.dtype)], dim=1)
                 positions = next_pos[:, None] + (chunk_mask.cumsum(-1) - 1).clamp_min(0)
                 next_pos = next_pos + chunk_mask.sum(-1)
-                for i in range(n):
-                    fed[i] += len(chunks[i])
+                for j, i in enumerate(live):
+                    fed[i] += len(chunks[j])
                 last, cache = self._forward(feed, attention, positions, cache)
         finally:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
+            if parked:
+                attention = put_rows_back(cache, [*parked, (live, take_rows(cache, attention, range(len(live))))])
             turn_cache.keep(keys, cache, attention, [list(p) + ids[:k] for p, ids, k in
                                                      zip(prompts, token_ids, fed, strict=True)])
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass
@@ -51,14 +52,51 @@ def left_padded(chunks: Sequence[Sequence[int]], pad_id: int, device: torch.devi
     return ids.to(device), mask.to(device)
 
 
+def rows_movable(cache: Any) -> bool:
+    """True when every layer of `cache` is a plain key/value layer whose rows can be taken out and put back."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and hasattr(cache, "batch_select_indices") and all(
+        hasattr(layer, "keys") and not getattr(layer, "is_sliding", False) for layer in layers)
+
+
+@dataclass
+class CacheRows:
+    """Some rows of a cache: per layer (keys, values) [rows, heads, width, dim], and their mask [rows, width]."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    mask: torch.Tensor
+
+
+def take_rows(cache: Any, mask: torch.Tensor, rows: Sequence[int]) -> CacheRows:
+    """A copy of `rows` of a cache (see `rows_movable`) and of their mask."""
+    index = torch.tensor(list(rows), dtype=torch.long, device=mask.device)
+    return CacheRows([(layer.keys[index], layer.values[index]) for layer in cache.layers], mask[index])
+
+
+def put_rows_back(cache: Any, groups: Sequence[tuple[Sequence[int], CacheRows]]) -> torch.Tensor:
+    """Fill `cache` in place with every group's rows, row `r` at position r (the groups' row ids cover
+    0..n-1 once), each left-padded to the widest group; returns the matching mask."""
+    width = max(g.mask.shape[1] for _, g in groups)
+    order = [r for rows, _ in groups for r in rows]
+    where = torch.empty(len(order), dtype=torch.long)
+    where[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+    masks = [F.pad(g.mask, (width - g.mask.shape[1], 0)) for _, g in groups]
+    for k, layer in enumerate(cache.layers):
+        keys = [F.pad(g.layers[k][0], (0, 0, width - g.mask.shape[1], 0)) for _, g in groups]
+        values = [F.pad(g.layers[k][1], (0, 0, width - g.mask.shape[1], 0)) for _, g in groups]
+        index = where.to(keys[0].device)
+        layer.keys, layer.values = torch.cat(keys)[index], torch.cat(values)[index]
+    return torch.cat(masks)[where.to(masks[0].device)]
+
+
 def compact(cache: Any, mask: torch.Tensor) -> torch.Tensor:
     """Drop the padding columns of a kept cache in place (each row's real columns, right-aligned) and return
     the matching mask. Rows are padded per call and finish at different steps, so a cache gathers holes
     that every later forward would otherwise attend over; positions live in the keys, so nothing else
     changes. Caches with sliding-window or other non-plain layers are left as they are."""
-    layers = getattr(cache, "layers", None)
-    if not layers or any(getattr(layer, "is_sliding", False) or not hasattr(layer, "keys") for layer in layers):
+    if not rows_movable(cache):
         return mask
+    layers = cache.layers
     real = mask.bool()
     counts = real.sum(-1)
     width = int(counts.max())
