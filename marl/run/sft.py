@@ -1,22 +1,29 @@
-"""Warm start: supervised fine-tuning on scripted-expert demonstrations with TRL's SFTTrainer.
+"""Warm start: supervised fine-tuning on scripted-expert demonstrations.
 
 Demonstrations are played through the same rollout worker as RL (the scripted expert acts), then
 turned into token ids by the policy's `ChatFormat.conversation`, built from exactly the pieces a
-rollout prompt is built from, so SFT trains on the token ids the policy will later see. The
-dataset is handed to SFTTrainer pre-tokenized (`input_ids` + `assistant_masks`: loss on action
-tokens only). Training stops at a wall-clock budget; the schedule is constant after warm-up so that
-stopping anywhere leaves a sensible model, optionally annealed linearly to 0 over the last part of
-the budget (`sft.lr_decay_fraction`). MLflow logging goes through our tracker, not
-`report_to`, so everything lands in the one run.
+rollout prompt is built from, so SFT trains on the token ids the policy will later see (`input_ids`
++ `assistant_masks`: loss on action tokens only). Training stops at a wall-clock budget; the
+schedule is constant after warm-up so that stopping anywhere leaves a sensible model, optionally
+annealed linearly to 0 over the last part of the budget (`sft.lr_decay_fraction`). Figures go
+to the caller's logger, so everything lands in the run's one MLflow run.
+
+The loop is plain PyTorch rather than TRL's `SFTTrainer`: on the pre-tokenized, action-masked
+data this stage uses, the trainer added nothing but overhead, and measured on the default
+`tool_use` run (docs/results/2026-12-02-rl-iteration-speed-and-memory.md) it peaked about 0.9 GB
+higher, its resident memory growing with the steps, and made fewer steps in the same budget.
 """
 
 from __future__ import annotations
 
+import math
 import random
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
+import torch
 
 from marl.config import WarmStartConfig
 from marl.engine.rollout import Episode, RolloutWorker, expert_actor
@@ -115,95 +122,94 @@ def run_sft(
     log: Callable[[dict[str, float], int], None],
     progress: Callable[[float], None] | None = None,
 ) -> dict[str, float]:
-    """Fine-tune `model` in place within `cfg.seconds`; returns the final SFT figures."""
-    import datasets
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
-    from trl import SFTConfig, SFTTrainer
+    """Fine-tune `model` in place within `cfg.seconds` (or `cfg.max_steps`); returns the final SFT figures.
 
+    Each step is the model's own causal-LM loss on the action tokens of a batch of similar-length
+    conversations (plus the MoE load-balancing loss, weighted by the model's `router_aux_loss_coef`),
+    AdamW, gradient norm clipped at `MAX_GRAD_NORM`. The rate warms up linearly over `cfg.warmup_steps`,
+    then stays constant until the anneal of `budget_decay`. `sft/loss` (the mean since the last log),
+    `sft/learning_rate` (the rate of the next step), `sft/grad_norm` and `sft/epoch` are logged every
+    `LOG_EVERY` steps.
+    """
     start = time.perf_counter()
-
-    class Budget(TrainerCallback):
-        """Stops at the wall-clock budget and forwards logs to the run's tracker."""
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            elapsed = time.perf_counter() - start
-            if progress is not None:
-                progress(min(elapsed, cfg.seconds))
-            if elapsed >= cfg.seconds:
-                control.should_training_stop = True
-            optimizer = kwargs.get("optimizer")
-            factor = budget_decay(elapsed, state.global_step, cfg)
-            if optimizer is not None and factor < 1.0:
-                # Runs after the trainer's scheduler step, so this is the rate of the next update.
-                for group in optimizer.param_groups:
-                    group["lr"] = cfg.learning_rate * factor
-            return control
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
-            if logs:
-                metrics = {f"sft/{k}": float(v) for k, v in logs.items() if isinstance(v, int | float)}
-                optimizer = kwargs.get("optimizer")
-                if optimizer is not None and "sft/learning_rate" in metrics:
-                    # the scheduler's rate, which the trainer logs, does not know about the anneal
-                    metrics["sft/learning_rate"] = float(optimizer.param_groups[0]["lr"])
-                log(metrics, state.global_step)
-
-    class PlainLossSFTTrainer(SFTTrainer):
-        """SFTTrainer with the model's own causal-LM loss (which adds the MoE aux loss).
-
-        TRL's default fused chunked-logprob forward is built for large vocabularies on GPUs; on a
-        CPU with a vocabulary of about a thousand tokens it is the slower of the two.
-        """
-
-        def compute_loss(self, model: Any, inputs: dict, return_outputs: bool = False,
-                         num_items_in_batch: Any = None) -> Any:
-            inputs = {**inputs, "use_cache": False}
-            outputs = model(**inputs)
-            return (outputs.loss, outputs) if return_outputs else outputs.loss
-
-    datasets.disable_progress_bars()  # one progress bar (ours) on the terminal, not five
-    dataset = Dataset.from_dict(columns)
-    # TRL turns router logits on for the training forward (adding the load-balancing loss); generation
-    # must not compute them (it breaks with the KV cache), so the flag is restored afterwards.
-    aux_before = getattr(model.config, "output_router_logits", None)  # None: not an MoE model
-    longest = max(len(ids) for ids in columns["input_ids"])
+    input_ids, masks = columns["input_ids"], columns["assistant_masks"]
+    if not input_ids:
+        raise ValueError("no demonstration to imitate; raise sft.episodes")
+    longest = max(len(ids) for ids in input_ids)
     if longest > cfg.max_length:
         raise ValueError(f"a demonstration has {longest} tokens > sft.max_length={cfg.max_length}; raise sft.max_length")
-    with tempfile.TemporaryDirectory(prefix="marl-sft-") as out:
-        args = SFTConfig(
-            output_dir=out,
-            per_device_train_batch_size=cfg.batch_size,
-            learning_rate=cfg.learning_rate,
-            lr_scheduler_type="constant_with_warmup",
-            warmup_steps=cfg.warmup_steps,
-            max_steps=cfg.max_steps,
-            logging_steps=10,
-            report_to="none",
-            save_strategy="no",
-            use_cpu=model.device.type == "cpu",
-            seed=seed,
-            data_seed=seed,
-            max_length=cfg.max_length,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-            weight_decay=0.0,
-            # Recomputing activations saves memory a tiny model does not need and costs a large share of a step.
-            activation_checkpointing=False,
-            # Conversations vary in length several-fold: batching similar lengths cuts padding work.
-            train_sampling_strategy="group_by_length",
-        )
-        trainer = PlainLossSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                             callbacks=[Budget()])
-        trainer.remove_callback(PrinterCallback)  # our tracker and progress bar report instead
-        result = trainer.train()
-        # Accelerate wraps `model.forward` in an instance attribute closed over THIS model object; a
-        # later deepcopy (the RL reference) would keep calling the original model, so KL to the
-        # reference would read 0. Drop the wrapper: the class's own forward is what we want.
-        vars(model).pop("forward", None)
-        vars(model).pop("_original_forward", None)
-    if aux_before is not None:
-        model.config.output_router_logits = aux_before
-    model.eval()
-    return {"sft/steps": float(result.global_step), "sft/mean_loss": float(result.training_loss),
-            "sft/seconds": time.perf_counter() - start, "sft/conversations": float(len(columns["input_ids"]))}
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    moe = {"output_router_logits": True} if hasattr(model.config, "output_router_logits") else {}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate / max(cfg.warmup_steps, 1),
+                                  weight_decay=0.0)
+    rng = random.Random(seed)
+    lengths = [len(ids) for ids in input_ids]
+    model.train()
+    step, total, window, grad_norm = 0, 0.0, [], 0.0
+    try:
+        while step < cfg.max_steps and time.perf_counter() - start < cfg.seconds:
+            for batch in length_grouped_batches(lengths, cfg.batch_size, rng):
+                ids, attention, labels = _collate([input_ids[i] for i in batch], [masks[i] for i in batch], pad_id,
+                                                  model.device)
+                loss = model(input_ids=ids, attention_mask=attention, labels=labels, use_cache=False, **moe).loss
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM))
+                if math.isfinite(grad_norm) and torch.isfinite(loss):
+                    optimizer.step()
+                step += 1
+                total += float(loss.item())
+                window.append(float(loss.item()))
+                elapsed = time.perf_counter() - start
+                rate = cfg.learning_rate * min(1.0, (step + 1) / max(cfg.warmup_steps, 1)) * budget_decay(
+                    elapsed, step, cfg)
+                for group in optimizer.param_groups:  # the rate of the next step
+                    group["lr"] = rate
+                if progress is not None:
+                    progress(min(elapsed, cfg.seconds))
+                if step % LOG_EVERY == 0:
+                    log({"sft/loss": float(np.mean(window)), "sft/learning_rate": rate, "sft/grad_norm": grad_norm,
+                         "sft/epoch": step * cfg.batch_size / len(input_ids)}, step)
+                    window = []
+                if step >= cfg.max_steps or elapsed >= cfg.seconds:
+                    break
+    finally:
+        model.eval()
+    return {"sft/steps": float(step), "sft/mean_loss": total / max(step, 1),
+            "sft/seconds": time.perf_counter() - start, "sft/conversations": float(len(input_ids))}
+
+
+MAX_GRAD_NORM = 1.0
+"""Gradient norm clip of every SFT step (transformers' Trainer default)."""
+LOG_EVERY = 10
+"""SFT steps between two logged points."""
+
+
+def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
+    """One epoch of batches of similar-length conversations, in random order: shuffled, cut into chunks of
+    `50 * batch_size`, each sorted by length and cut into batches (conversations vary several-fold in
+    length, and a batch is as wide as its longest)."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    chunk = 50 * batch_size
+    batches = []
+    for k in range(0, len(order), chunk):
+        part = sorted(order[k : k + chunk], key=lengths.__getitem__, reverse=True)
+        batches += [part[j : j + batch_size] for j in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def _collate(ids: list[list[int]], masks: list[list[int]], pad_id: int, device: Any
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask and labels (-100 but on the action tokens)."""
+    width = max(len(x) for x in ids)
+    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(ids), width), dtype=torch.long)
+    labels = torch.full((len(ids), width), -100, dtype=torch.long)
+    for row, (x, m) in enumerate(zip(ids, masks, strict=True)):
+        seq = torch.tensor(x, dtype=torch.long)
+        input_ids[row, : len(x)] = seq
+        attention[row, : len(x)] = 1
+        labels[row, : len(x)] = torch.where(torch.tensor(m, dtype=torch.bool), seq, -100)
+    return input_ids.to(device), attention.to(device), labels.to(device)

@@ -1,4 +1,4 @@
-"""SFT warm start through TRL's SFTTrainer on real expert demonstrations (tiny model, seconds)."""
+"""SFT warm start on real expert demonstrations (tiny model, seconds)."""
 
 import copy
 from functools import partial
