@@ -4,8 +4,9 @@ Each arm is a name and the `marl train` flags that make it; every arm gets the s
 (scenario, agents, budgets), so arms differ only where they are meant to. Per seed and arm: one
 `marl train` run (held-out evaluation on every non-training split), then optional extra evaluations
 of its checkpoint with `marl eval` flags (e.g. the same team under 30% message drop). Prints a
-markdown table (mean ± std over seeds of success and return per split) and, for named pairs, the
-per-seed differences measured in this one run. Everything lands in one MLflow experiment, so the
+markdown table (mean ± std over seeds of success and return per split), each mean's t-based 95%
+confidence interval and, for named pairs, the per-seed differences measured in this one run with
+their mean's interval. Everything lands in one MLflow experiment, so the
 curves can be compared in the UI. Rerun with the same --workdir to resume: arms whose run of the
 same name already FINISHED are read back instead of trained again, and an extra evaluation already
 made with the same flags (saved as `runs/<id>/extra_evals/<name>.json`) is read back too.
@@ -125,6 +126,20 @@ def extra_eval(cwd: Path, checkpoint: str, name: str, splits: list[str], episode
     return out
 
 
+# Two-sided 95% quantiles of Student's t by degrees of freedom (the normal's 1.96 past 30).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}
+
+
+def ci95(values: list[float]) -> tuple[float, float]:
+    """The t-based 95% confidence interval of the mean of `values` (seeds as independent draws)."""
+    mean = statistics.mean(values)
+    df = len(values) - 1
+    t = T95.get(df) or (1.96 if df > 30 else T95[min(k for k in T95 if k >= df)])
+    half = t * statistics.stdev(values) / len(values) ** 0.5
+    return mean - half, mean + half
+
+
 def cell(values: list[float]) -> str:
     if not values:
         return "-"
@@ -214,6 +229,16 @@ def main() -> None:
         cells = [cell([r[f"{s}/{f}"] for r in rows if f"{s}/{f}" in r]) for s in splits for f in args.figures]
         secs = [r["train_seconds"] for r in rows if "train_seconds" in r]
         print(f"| {name} | " + " | ".join(cells) + f" | {cell(secs)} |")
+    print("\n95% confidence intervals of each arm's mean over seeds:")
+    for name, rows in results.items():
+        shown = []
+        for s in splits:
+            for f in args.figures:
+                values = [r[f"{s}/{f}"] for r in rows if f"{s}/{f}" in r]
+                if len(values) > 1:
+                    low, high = ci95(values)
+                    shown.append(f"{s} {f} {low:.3f} to {high:.3f}")
+        print(f"- {name}: " + "; ".join(shown))
     for pair in args.pair:
         a, b = pair.split(",")
         for s in splits:
@@ -221,8 +246,12 @@ def main() -> None:
             for f in args.figures:
                 diffs = [x[f"{s}/{f}"] - y[f"{s}/{f}"] for x, y in zip(results[a], results[b], strict=True)
                          if f"{s}/{f}" in x and f"{s}/{f}" in y]
-                if diffs:
-                    shown.append(f"{f} {', '.join(f'{d:+.3f}' for d in diffs)} (mean {statistics.mean(diffs):+.3f})")
+                if len(diffs) > 1:
+                    low, high = ci95(diffs)
+                    shown.append(f"{f} {', '.join(f'{d:+.3f}' for d in diffs)} (mean {statistics.mean(diffs):+.3f}, "
+                                 f"95% CI {low:+.3f} to {high:+.3f})")
+                elif diffs:
+                    shown.append(f"{f} {diffs[0]:+.3f}")
             print(f"{a} minus {b} on {s}: " + "; ".join(shown))
 
 

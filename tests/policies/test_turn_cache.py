@@ -84,3 +84,47 @@ def test_kept_cache_holds_no_padding_of_finished_rows(policy):
             assert 0 <= fed < len(gen.token_ids[k])
             assert held == list(prompts[k]) + gen.token_ids[k][:fed]
             assert int(cache._mask[cache._rows[k]].sum()) == len(held)
+
+
+def test_finished_rows_leave_the_batch_and_change_nothing(policy, monkeypatch):
+    # Rows finish at different steps: once a quarter is done they leave the decoding batch (later forwards
+    # are smaller), and every row's action, logprobs and kept cache are what it would get alone.
+    gs = grammars()
+    n = 8
+    prompts = _first_turn(policy, n)
+    batch = [gs[k % len(gs)] if k % 4 else None for k in range(n)]  # free rows run longest
+    rows_per_forward = []
+    forward = policy.model.forward
+
+    def counting(*args, **kwargs):
+        rows_per_forward.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(policy.model, "forward", counting)
+    cache = TurnCache()
+    together = policy.generate(prompts, batch, greedy=True, turn_cache=cache, keys=list(range(n)))
+    assert min(rows_per_forward) < n  # some forwards ran without the finished rows
+    for k in range(n):
+        alone = policy.generate([prompts[k]], [batch[k]], greedy=True)
+        assert alone.token_ids[0] == together.token_ids[k]
+        assert max(abs(a - b) for a, b in zip(alone.logprobs[0], together.logprobs[k], strict=True)) < 1e-4
+    nxt = _next_turn(policy, prompts, together)
+    cached = policy.generate(nxt, batch, greedy=True, turn_cache=cache, keys=list(range(n)))
+    assert cache.reused_calls == 1 and cached.token_ids == policy.generate(nxt, batch, greedy=True).token_ids
+
+
+def test_a_reused_cache_drops_its_padding_columns(policy):
+    gs = grammars()
+    n = 6
+    keys = list(range(n))
+    cache = TurnCache()
+    prompts = _first_turn(policy, n)  # prompts of different lengths: left padding
+    gen = policy.generate(prompts, [gs[k % len(gs)] for k in range(n)], greedy=True, turn_cache=cache, keys=keys)
+    kept = cache._mask.clone()
+    assert (kept == 0).any()  # holes: padding columns
+    nxt = _next_turn(policy, prompts, gen)
+    pre = cache.prefill(keys, nxt, policy.pad_id, policy.device)
+    past = pre.attention[:, : pre.attention.shape[1] - pre.input_ids.shape[1]]
+    assert past.shape[1] == int(kept.sum(-1).max())  # as wide as the longest row's real tokens
+    assert torch.equal(past.sum(-1), kept.sum(-1))  # every real token kept
+    assert all(layer.keys.shape[2] == past.shape[1] for layer in pre.cache.layers)
