@@ -109,6 +109,8 @@ class RLConfig(SelfChecking):
     """Wall-clock budget of the RL phase; it stops at `iterations` or this, whichever comes first."""
     tasks_per_iteration: int = 16
     """Distinct task seeds per iteration."""
+    rollout_rows: int = 256
+    """Most agents (envs x agents) a rollout plays at once; more envs play in consecutive parts, so its KV caches stay bounded (0: all at once)."""
     group_size: int = 8
     """Rollouts per task seed; `grpo`'s group baseline compares them (needs >= 2), critic-based algos just see more data."""
     learning_rate: float = 1e-4
@@ -156,6 +158,7 @@ class RLConfig(SelfChecking):
         one_of("rl.ratio", self.ratio, options(Ratio), " is not an importance ratio (token: PPO, sequence: GSPO)")
         one_of("rl.normalize_by", self.normalize_by, options(NormalizeBy))
         positive("rl.micro_batch_tokens", self.micro_batch_tokens, allow_zero=True)
+        positive("rl.rollout_rows", self.rollout_rows, allow_zero=True)
         for name in ("tasks_per_iteration", "group_size", "learning_rate", "epochs", "minibatches", "max_grad_norm",
                      "max_nonfinite_streak", "ptx_batch_size", "sequence_clip_eps"):
             positive(f"rl.{name}", getattr(self, name))

@@ -262,32 +262,65 @@ class Learner:
             out[f"moe/expert_load_max/layer_{i}"] = float(layer.max().item())
 
     def _critic_step(self, batch: RolloutBatch, adv: Advantages, episodes: list[int]) -> dict[str, float]:
-        """One critic step on the `value` term over the given agent-episodes."""
+        """One critic step on the `value` term over the given agent-episodes, its forwards in parts of whole
+        teams of at most `rl.micro_batch_tokens` input tokens whose gradients add up to the step's (so the
+        critic's memory, like the policy's, is bounded by the budget, not by the batch)."""
         out: dict[str, float] = {"loss_weight/value": float(self.cfg.value_coef)}
-        inputs = self.critic.inputs(batch, episodes)
-        keep = [k for k, read in enumerate(inputs.turns) if read >= 0 and adv.include[read]]
-        if not keep or adv.returns is None:
+        if adv.returns is None:
             return out
-        values = self.critic.predict(inputs)
-        device = values.device
-        chosen = values[torch.tensor(keep, device=device)]
-        targets = torch.tensor([adv.returns[inputs.turns[k]] for k in keep], dtype=torch.float32, device=device)
-        loss = value_loss(chosen, targets)
+        parts = []
+        for part in self._critic_parts(batch, episodes):
+            inputs = self.critic.inputs(batch, part)
+            keep = [k for k, read in enumerate(inputs.turns) if read >= 0 and adv.include[read]]
+            if keep:
+                parts.append((inputs, keep))
+        total = sum(len(keep) for _, keep in parts)
+        if not total:
+            return out
+        self.critic.optimizer.zero_grad(set_to_none=True)
+        loss_sum = value_sum = 0.0
+        for inputs, keep in parts:
+            values = self.critic.predict(inputs)
+            device = values.device
+            chosen = values[torch.tensor(keep, device=device)]
+            targets = torch.tensor([adv.returns[inputs.turns[k]] for k in keep], dtype=torch.float32, device=device)
+            # this part's share of the step's mean: value_loss is a mean over the part's reads
+            loss = value_loss(chosen, targets) * (len(keep) / total)
+            loss_sum += loss.item()
+            value_sum += float(chosen.detach().sum().item())
+            if not torch.isfinite(loss):
+                self.critic.optimizer.zero_grad(set_to_none=True)
+                out.update({"train/value_loss": loss_sum, "train/value_nonfinite_skips": 1.0})
+                return out
+            (self.cfg.value_coef * loss).backward()
         # (The explained variance and the targets' mean are measured on the whole batch before this update: Advantages.metrics;
         # a minibatch of a few teams is too small a sample of the targets' variance.)
-        out.update({
-            "train/value_loss": loss.item(),
-            "train/value_mean": float(chosen.mean().item()),
-        })
-        self.critic.optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
-            out["train/value_nonfinite_skips"] = 1.0
-            return out
-        (self.cfg.value_coef * loss).backward()
+        out.update({"train/value_loss": loss_sum, "train/value_mean": value_sum / total})
         norm = self.critic.step()
         out["train/value_grad_norm"] = norm
         out["train/value_nonfinite_skips"] = float(not math.isfinite(norm))
         return out
+
+    def _critic_parts(self, batch: RolloutBatch, episodes: list[int]) -> list[list[int]]:
+        """`episodes` in parts of whole teams whose conversations hold at most `rl.micro_batch_tokens` tokens
+        (a team longer than that is a part of its own; 0: one part). A critic input is about as long as the
+        agent's conversation (its own) or shorter (the state text), so this bounds its forwards too."""
+        budget = self.cfg.micro_batch_tokens
+        teams: dict[int, list[int]] = {}
+        for e in episodes:
+            env = batch.episodes[e].env
+            teams.setdefault(env if env >= 0 else -1 - e, []).append(e)
+        parts: list[list[int]] = []
+        size = 0
+        for team in teams.values():
+            tokens = sum(_conversation_tokens(batch, e) for e in team)
+            if parts and (budget <= 0 or size + tokens <= budget):
+                parts[-1].extend(team)
+                size += tokens
+            else:
+                parts.append(list(team))
+                size = tokens
+        return parts
 
     def _ptx_term(self, device: torch.device) -> torch.Tensor:
         """Cross-entropy on a random minibatch of demonstrations, on their action tokens only."""
@@ -318,3 +351,9 @@ class Learner:
                 "lower rl.learning_rate or raise rl.max_grad_norm's strictness (smaller value)"
             )
         return out
+
+
+def _conversation_tokens(batch: RolloutBatch, e: int) -> int:
+    """Tokens of agent-episode e's conversation (its last prompt and action)."""
+    turns = [batch.turns[i] for i in batch.episodes[e].turns]
+    return max((len(t.prompt_ids) + len(t.action_ids) for t in turns), default=0)

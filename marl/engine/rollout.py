@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -113,13 +113,19 @@ class RolloutBatch:
 class RolloutWorker:
     """Holds a pool of environments and plays batches of seeded episodes through a policy."""
 
-    def __init__(self, make_env: Callable[[], Any], policy: Any, chat: Any, turn_cache: bool = True) -> None:
+    def __init__(self, make_env: Callable[[], Any], policy: Any, chat: Any, turn_cache: bool = True,
+                 max_rows: int = 0) -> None:
         """`policy`: one policy for every agent, a `PolicyMap`, or None for scripted actors only.
 
         `turn_cache`: keep each agent's KV cache between turns of a collection, so a turn reads
         only its new observation (off: every turn re-reads the whole conversation).
+        `max_rows`: the most agents (envs x agents) played at once; a larger collection plays its envs
+        in consecutive parts, so the KV caches it holds do not grow with it (0: all at once).
         """
+        if max_rows < 0:
+            raise ValueError(f"max_rows={max_rows} must be >= 0 (0: no bound)")
         self.make_env = make_env
+        self.max_rows = max_rows
         self.turn_cache = turn_cache
         self.policy = policy
         self.policies = policy if policy is None or isinstance(policy, PolicyMap) else single(policy)
@@ -153,12 +159,35 @@ class RolloutWorker:
         carry no token ids. By default it plays every agent; with `scripted(env, agent) -> bool` it
         plays only those agents and the policy the rest (a trained team against scripted opponents).
         `record_state` keeps the scenario's `state()` with every turn and at every agent's end (what a
-        centralized critic reads).
+        centralized critic reads). With `max_rows`, the envs are played in parts of at most that many
+        agents (each part samples from its own seed), and the parts' records are concatenated.
         """
+        groups = list(groups) if groups is not None else list(range(len(seeds)))
+        size = len(seeds)
+        if self.max_rows and seeds:
+            size = max(1, self.max_rows // max(len(self._envs(1)[0].possible_agents), 1))
+        parts = []
+        for k, start in enumerate(range(0, max(len(seeds), 1), max(size, 1))):
+            seed_k = None if sample_seed is None else sample_seed + 7919 * k
+            parts.append(self._collect(seeds[start : start + size], groups[start : start + size], greedy, seed_k,
+                                       actor, max_loops, record_state, scripted))
+        return parts[0] if len(parts) == 1 else concat_batches(parts)
+
+    def _collect(
+        self,
+        seeds: Sequence[int],
+        groups: Sequence[int] | None = None,
+        greedy: bool = False,
+        sample_seed: int | None = None,
+        actor: Callable[[Any, str], str] | None = None,
+        max_loops: int = 1000,
+        record_state: bool = False,
+        scripted: Callable[[Any, str], bool] | None = None,
+    ) -> RolloutBatch:
+        """One part of `collect`: these seeds' envs played together."""
         if scripted is not None and (actor is None or self.policies is None):
             raise ValueError("`scripted` picks the agents an actor plays beside a policy: pass both")
         start = time.perf_counter()
-        groups = list(groups) if groups is not None else list(range(len(seeds)))
         envs = self._envs(len(seeds))
         episodes: list[Episode] = []
         turns: list[Turn] = []
@@ -253,6 +282,23 @@ class RolloutWorker:
         return RolloutBatch(turns=turns, episodes=episodes, generated_tokens=tokens, env_steps=steps,
                             seconds=time.perf_counter() - start, generate_seconds=gen_s, env_seconds=env_s,
                             reused_prompt_tokens=reused)
+
+
+def concat_batches(parts: Sequence[RolloutBatch]) -> RolloutBatch:
+    """One batch of several collections' records, in order: turn, episode and env indices shifted so each
+    part's stay its own (two parts' env 0 are different environments)."""
+    turns: list[Turn] = []
+    episodes: list[Episode] = []
+    env_offset = 0
+    for part in parts:
+        t0, e0 = len(turns), len(episodes)
+        turns.extend(replace(t, episode=t.episode + e0) for t in part.turns)
+        episodes.extend(replace(ep, turns=[i + t0 for i in ep.turns], env=ep.env + env_offset if ep.env >= 0 else -1)
+                        for ep in part.episodes)
+        env_offset += 1 + max((ep.env for ep in part.episodes), default=-1)
+    return RolloutBatch(turns, episodes, sum(p.generated_tokens for p in parts), sum(p.env_steps for p in parts),
+                        sum(p.seconds for p in parts), sum(p.generate_seconds for p in parts),
+                        sum(p.env_seconds for p in parts), sum(p.reused_prompt_tokens for p in parts))
 
 
 def mark_harness_faults(episodes: Sequence[Episode], kinds: Sequence[str]) -> None:

@@ -8,8 +8,6 @@ advantages, learner, SFT, tracking, checkpoint) live in their own modules.
 from __future__ import annotations
 
 import dataclasses
-import resource
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +37,7 @@ from marl.run.build import (
 )
 from marl.run.checkpoint import CheckpointMeta, TokenizerInfo, package_versions, save_checkpoint
 from marl.run.evaluate import evaluate, transcript_text
+from marl.run.memory import peak_rss_gb, trim_heap
 from marl.run.sft import conversations, demonstration_episodes, imitable, perturbed_fraction, run_sft
 from marl.run.tracking import Tracker
 from policies.chat import ChatFormat
@@ -54,11 +53,6 @@ class TrainResult:
     tracking_uri: str
     eval: dict[str, float]
 
-
-def peak_rss_gb() -> float:
-    """The process's peak resident memory so far, in GB (what `/usr/bin/time -v` reports at the end)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)  # bytes on macOS, KiB on Linux
 
 def comms_metrics(worker: RolloutWorker) -> dict[str, float]:
     """Message statistics summed over the worker's envs (cumulative counts; empty without comms)."""
@@ -96,7 +90,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
         tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng)
         chat = ChatFormat(tokenizer)
-        worker = RolloutWorker(make_env, policy, chat)
+        worker = RolloutWorker(make_env, policy, chat, max_rows=cfg.rl.rollout_rows)
         tr.log_params({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer)),
                        "device": str(model.device)})
         log_topology(cfg, tr, make_env, out_root / tr.run_id / "comms")
@@ -157,6 +151,7 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     figures = run_sft(model, tokenizer, sft_columns, cfg.sft, cfg.seed, tr.log_metrics, progress)
     bar.close()
     figures["sft/demo_seconds"] = time.perf_counter() - t0 - figures["sft/seconds"]
+    trim_heap()
     figures["perf/peak_rss_gb"] = peak_rss_gb()
     if cfg.sft.demo_noise > 0:
         figures["sft/demo_perturbed_fraction"] = perturbed_fraction(episodes)
@@ -237,6 +232,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         metrics.update(merge_policy_metrics(per_policy))
         metrics["perf/update_seconds"] = time.perf_counter() - t0
         metrics["perf/rollout_seconds"] = batch.seconds
+        del batch, part, adv  # the iteration's records, before the freed heap goes back
+        trim_heap()
         metrics["curriculum/n_agents"] = float(cfg.agents)
         metrics["curriculum/stage"] = 0.0
         metrics["perf/elapsed_s"] = time.perf_counter() - start

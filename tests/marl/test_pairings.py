@@ -114,6 +114,34 @@ def test_every_critic_read_meets_its_own_turns_target(played, monkeypatch):
     assert len(values) > 0 and torch.allclose(targets, values * 10.0)
 
 
+@pytest.mark.parametrize("centralized", [False, True])
+def test_a_critic_step_in_parts_gives_the_whole_steps_gradient(played, centralized):
+    # The same critic step in one forward and in parts of one team each: the same gradient and figures.
+    _, tokenizer, policy, batch = played
+    if centralized:  # the centralized critic reads the state recorded with every turn
+        make_env = partial(scenarios.make, "info_split", n_agents=2, split="train")
+        batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect(list(range(6)), sample_seed=4,
+                                                                               record_state=True)
+    adv = _distinct_advantages(batch)
+    adv.returns = adv.returns / len(batch.turns)
+    episodes = list(range(len(batch.episodes)))
+    grads, figures = [], []
+    for budget in (0, 1):
+        model = build_value_model("tiny-critic", len(tokenizer), tokenizer.pad_token_id, seed=0)
+        critic = Critic(model, tokenizer, ChatFormat(tokenizer), centralized=centralized, learning_rate=1e-3,
+                        max_grad_norm=1.0, minibatches=1)
+        critic.step = lambda m=model: grads.append([p.grad.clone() for p in m.parameters()]) or 0.0
+        rl = copy.deepcopy(TrainConfig().rl)
+        rl.micro_batch_tokens = budget
+        learner = Learner(policy, frozen_reference(policy), rl, aux_coef=0.0, critic=critic)
+        assert len(learner._critic_parts(batch, episodes)) == (1 if budget == 0 else len({e.env for e in batch.episodes}))
+        figures.append(learner._critic_step(batch, adv, episodes))
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    for key in ("train/value_loss", "train/value_mean"):
+        assert figures[0][key] == pytest.approx(figures[1][key], rel=1e-5), key
+
+
 def test_the_decision_mask_marks_exactly_the_tokens_with_a_choice():
     turns = [Turn(0, [1], [5, 6, 7], [0.0, -0.5, -1.0], [[5], [6, 9], [7, 8, 3]], 0.0, False),
              Turn(0, [1], [4, 2], [-0.1, -0.2], None, 0.0, False)]  # free decoding: every token chose

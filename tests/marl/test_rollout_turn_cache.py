@@ -36,3 +36,21 @@ def test_turn_cache_changes_nothing_but_the_prefill(setup):
                 for a, b in zip(x.logprobs, y.logprobs, strict=True))
     assert worst < 1e-4
     assert plain.reused_prompt_tokens == 0 and cached.reused_prompt_tokens > 0
+
+
+def test_a_row_bound_plays_the_envs_in_parts_with_the_same_records(setup):
+    # 5 envs x 3 agents under a bound of 6 rows: parts of 2 envs. The episodes are what one collection
+    # plays (greedy), each team keeps an env index of its own, and turns point to their episodes.
+    tokenizer, policy = setup
+    seeds = [7, 7, 8, 9, 9]
+    whole = RolloutWorker(_shared_info_split, policy, ChatFormat(tokenizer)).collect(seeds, greedy=True)
+    worker = RolloutWorker(_shared_info_split, policy, ChatFormat(tokenizer), max_rows=6)
+    parts = worker.collect(seeds, greedy=True)
+    assert len(worker.envs) == 2  # never more envs (and KV-cache rows) at once than the bound allows
+    assert [(e.seed, e.agent, e.transcript) for e in parts.episodes] == [
+        (e.seed, e.agent, e.transcript) for e in whole.episodes]
+    assert [e.env for e in parts.episodes] == [e.env for e in whole.episodes]
+    for e, ep in enumerate(parts.episodes):
+        assert all(parts.turns[i].episode == e for i in ep.turns)
+    with pytest.raises(ValueError, match="max_rows"):
+        RolloutWorker(_shared_info_split, policy, ChatFormat(tokenizer), max_rows=-1)
