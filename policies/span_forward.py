@@ -160,14 +160,15 @@ def _shared_forward(body: torch.nn.Module, head: torch.nn.Module, sequences: Seq
     cache = pre.cache if getattr(pre, "cache", None) is not None else pre.past_key_values
     kv = [(layer.keys, layer.values) for layer in cache.layers]
     cache_name = "cache" if "cache" in _params(body) else "past_key_values"
-    # Where each asked position's hidden state lies: ("prefix", family row, col) or (bucket, row in bucket, col).
-    slot_of_row = {r: (k, i) for k, bucket in enumerate(plan.buckets) for i, r in enumerate(bucket)}
+    # Which forward holds each asked position's hidden state: -1 the prefix's, else its bucket's.
+    bucket_of = {r: (k, i) for k, bucket in enumerate(plan.buckets) for i, r in enumerate(bucket)}
+    source = [-1 if c < plan.cut[r] else bucket_of[r][0] for r, c in zip(rows, cols, strict=True)]
     picks: list[torch.Tensor] = []
     order: list[int] = []
-    pre_pos = [k for k, (r, c) in enumerate(zip(rows, cols, strict=True)) if c < plan.cut[r]]
+    pre_pos = [j for j, src in enumerate(source) if src == -1]
     if pre_pos:
-        picks.append(pre.last_hidden_state[_t([plan.which[rows[k]] for k in pre_pos], device),
-                                           _t([cols[k] for k in pre_pos], device)])
+        picks.append(pre.last_hidden_state[_t([plan.which[rows[j]] for j in pre_pos], device),
+                                           _t([cols[j] for j in pre_pos], device)])
         order += pre_pos
     layers = [_layers(pre)]
     masks = [pre_mask.reshape(-1)]
@@ -180,10 +181,9 @@ def _shared_forward(body: torch.nn.Module, head: torch.nn.Module, sequences: Seq
         positions = _t([plan.cut[r] for r in bucket], device)[:, None] + torch.arange(suf_ids.shape[1], device=device)[None]
         out = body(input_ids=suf_ids, attention_mask=torch.cat([pre_mask[index], suf_mask], dim=1),
                    position_ids=positions, use_cache=True, **{cache_name: bucket_cache}, **kwargs)
-        mine = [j for j, (r, c) in enumerate(zip(rows, cols, strict=True))
-                if c >= plan.cut[r] and slot_of_row[r][0] == k]
+        mine = [j for j, src in enumerate(source) if src == k]
         if mine:
-            picks.append(out.last_hidden_state[_t([slot_of_row[rows[j]][1] for j in mine], device),
+            picks.append(out.last_hidden_state[_t([bucket_of[rows[j]][1] for j in mine], device),
                                                _t([cols[j] - plan.cut[rows[j]] for j in mine], device)])
             order += mine
         layers.append(_layers(out))
