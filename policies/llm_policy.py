@@ -30,7 +30,15 @@ from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
 from policies.outputs import Generation, SequenceScores
 from policies.scoring import score_spans
-from policies.turn_cache import Prefill, TurnCache, fresh_prefill, left_padded, put_rows_back, rows_movable, take_rows
+from policies.turn_cache import (
+    Prefill,
+    TurnCache,
+    fresh_prefill,
+    left_padded,
+    put_rows_back,
+    rows_movable,
+    take_rows,
+)
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
