@@ -173,17 +173,9 @@ class RolloutWorker:
                                        actor, max_loops, record_state, scripted))
         return parts[0] if len(parts) == 1 else concat_batches(parts)
 
-    def _collect(
-        self,
-        seeds: Sequence[int],
-        groups: Sequence[int] | None = None,
-        greedy: bool = False,
-        sample_seed: int | None = None,
-        actor: Callable[[Any, str], str] | None = None,
-        max_loops: int = 1000,
-        record_state: bool = False,
-        scripted: Callable[[Any, str], bool] | None = None,
-    ) -> RolloutBatch:
+    def _collect(self, seeds: Sequence[int], groups: Sequence[int], greedy: bool, sample_seed: int | None,
+                 actor: Callable[[Any, str], str] | None, max_loops: int, record_state: bool,
+                 scripted: Callable[[Any, str], bool] | None) -> RolloutBatch:
         """One part of `collect`: these seeds' envs played together."""
         if scripted is not None and (actor is None or self.policies is None):
             raise ValueError("`scripted` picks the agents an actor plays beside a policy: pass both")
