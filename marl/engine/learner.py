@@ -45,7 +45,14 @@ from marl.engine.losses import (
     value_loss,
 )
 from marl.engine.rollout import RolloutBatch
-from marl.engine.sequences import EpisodeSequence, decision_mask, episode_sequence, micro_batches, padded
+from marl.engine.sequences import (
+    EpisodeSequence,
+    decision_mask,
+    demonstration_batch,
+    episode_sequence,
+    micro_batches,
+    padded,
+)
 from policies.router_stats import load_entropy
 
 
@@ -326,17 +333,8 @@ class Learner:
         """Cross-entropy on a random minibatch of demonstrations, on their action tokens only."""
         ids_all, masks_all = self.demos["input_ids"], self.demos["assistant_masks"]
         pick = self.rng.choice(len(ids_all), size=min(self.cfg.ptx_batch_size, len(ids_all)), replace=False)
-        width = max(len(ids_all[i]) for i in pick)
-        ids = torch.full((len(pick), width), self.policy.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(pick), width), dtype=torch.long)
-        labels = torch.full((len(pick), width), -100, dtype=torch.long)
-        for row, i in enumerate(pick):
-            seq = torch.tensor(ids_all[i], dtype=torch.long)
-            ids[row, : len(seq)] = seq
-            attention[row, : len(seq)] = 1
-            m = torch.tensor(masks_all[i], dtype=torch.bool)
-            labels[row, : len(seq)] = torch.where(m, seq, torch.full_like(seq, -100))
-        ids, attention, labels = ids.to(device), attention.to(device), labels.to(device)
+        ids, attention, labels = demonstration_batch([ids_all[i] for i in pick], [masks_all[i] for i in pick],
+                                                     self.policy.pad_id, device)
         logits = self.policy.model(input_ids=ids, attention_mask=attention, use_cache=False).logits
         return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                                ignore_index=-100)

@@ -27,6 +27,7 @@ import torch
 
 from marl.config import WarmStartConfig
 from marl.engine.rollout import Episode, RolloutWorker, expert_actor
+from marl.engine.sequences import demonstration_batch
 from policies.random_policy import RandomPolicy
 
 
@@ -149,7 +150,7 @@ def run_sft(
     try:
         while step < cfg.max_steps and time.perf_counter() - start < cfg.seconds:
             for batch in length_grouped_batches(lengths, cfg.batch_size, rng):
-                ids, attention, labels = _collate([input_ids[i] for i in batch], [masks[i] for i in batch], pad_id,
+                ids, attention, labels = demonstration_batch([input_ids[i] for i in batch], [masks[i] for i in batch], pad_id,
                                                   model.device)
                 loss = model(input_ids=ids, attention_mask=attention, labels=labels, use_cache=False, **moe).loss
                 optimizer.zero_grad(set_to_none=True)
@@ -198,18 +199,3 @@ def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Rand
         batches += [part[j : j + batch_size] for j in range(0, len(part), batch_size)]
     rng.shuffle(batches)
     return batches
-
-
-def _collate(ids: list[list[int]], masks: list[list[int]], pad_id: int, device: Any
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ids, attention mask and labels (-100 but on the action tokens)."""
-    width = max(len(x) for x in ids)
-    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(ids), width), dtype=torch.long)
-    labels = torch.full((len(ids), width), -100, dtype=torch.long)
-    for row, (x, m) in enumerate(zip(ids, masks, strict=True)):
-        seq = torch.tensor(x, dtype=torch.long)
-        input_ids[row, : len(x)] = seq
-        attention[row, : len(x)] = 1
-        labels[row, : len(x)] = torch.where(torch.tensor(m, dtype=torch.bool), seq, -100)
-    return input_ids.to(device), attention.to(device), labels.to(device)
