@@ -192,6 +192,12 @@ class CommsWrapper(ParallelEnv):
             action = split_message(action)[0]
         return self.env.action_class(agent, action)
 
+    def opponent_slots(self, agent: str) -> tuple[str, ...]:
+        return self.env.opponent_slots(agent)
+
+    def opponent_actions(self, agent: str) -> dict[str, str | None]:
+        return self.env.opponent_actions(agent)
+
     @property
     def turn_budget_visible(self) -> bool:
         return self.env.turn_budget_visible

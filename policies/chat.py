@@ -15,10 +15,20 @@ Left out: system prompts and multi-message turns (an observation is one message)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from transformers import PreTrainedTokenizerBase
 
 from policies.tokenizer import ASSISTANT, BOS, END, PAD, TOOL, USER
+
+
+class Conversation(NamedTuple):
+    """A whole episode as ids: the 0/1 loss mask over them and where each action starts."""
+
+    input_ids: list[int]
+    mask: list[int]
+    action_starts: list[int]
+    """Index of each action's first id (the id before it ends the prompt the action answers)."""
 
 
 class ChatFormat:
@@ -70,8 +80,8 @@ class ChatFormat:
     def conversation(
         self, observations: Sequence[str], actions: Sequence[str | Sequence[int]],
         trained: Sequence[bool] | None = None,
-    ) -> tuple[list[int], list[int]]:
-        """A whole episode as one id list plus a 0/1 mask that is 1 on action tokens.
+    ) -> Conversation:
+        """A whole episode as one id list plus a 0/1 mask that is 1 on action tokens, and where actions start.
 
         `observations[i]` is the message before `actions[i]`; a trailing observation with no
         action after it is allowed (it is appended as a prompt, masked 0). An action given as text
@@ -87,13 +97,15 @@ class ChatFormat:
             )
         input_ids: list[int] = []
         mask: list[int] = []
+        starts: list[int] = []
         for turn, obs in enumerate(observations):
             prompt = self.first(obs) if turn == 0 else self.next(obs)
             input_ids += prompt
             mask += [0] * len(prompt)
             if turn < len(actions):
+                starts.append(len(input_ids))
                 action = actions[turn]
                 ids = self.encode_action(action) if isinstance(action, str) else list(action)
                 input_ids += ids
                 mask += [int(trained is None or bool(trained[turn]))] * len(ids)
-        return input_ids, mask
+        return Conversation(input_ids, mask, starts)

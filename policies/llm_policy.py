@@ -13,7 +13,8 @@ The result records (`Generation`, `SequenceScores`) live in `policies/outputs.py
 forward in `policies/scoring.py`; both names stay importable from here.
 Rows that finished leave the batch once a quarter of it is done (their cache is set aside and put
 back for the turn cache), so late forwards run on the rows still deciding.
-Left out: value / opponent heads, beam search, stop strings.
+An opponent head (`policies/opponent_head.py`), when the engine attaches one as `opponent_head`, reads
+`span_logprobs(..., with_prompt_hidden=True)`. Left out: value heads, beam search, stop strings.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class LLMPolicy:
         self._generator: torch.Generator | None = None
         self._seed = seed
         self._free_masks: dict[str, torch.Tensor] = {}
+        self.opponent_head: torch.nn.Module | None = None
+        """The opponent-model head trained beside this policy (see `policies/opponent_head.py`), if any."""
 
     # -- masks ---------------------------------------------------------------------------
     @property
@@ -313,6 +316,7 @@ class LLMPolicy:
         spans: Sequence[Sequence[tuple[int, int]]],
         allowed: Sequence[Sequence[Sequence[Sequence[int]] | None]],
         with_router_logits: bool = False,
+        with_prompt_hidden: bool = False,
     ) -> SequenceScores:
         """Score several generated spans per sequence in ONE forward of the whole sequence.
 
@@ -320,8 +324,10 @@ class LLMPolicy:
         turn's prompt is a prefix of the next, scoring the final sequence once gives each turn's
         logprobs without repeating the shared prefix. Rows of the result are the spans, in
         row-major order; `allowed[r][k]` is the allowed-id lists of span k of sequence r (None:
-        free decoding).
+        free decoding). `with_prompt_hidden` adds each span's last prompt hidden state (`prompt_hidden`: an
+        opponent head's input).
         """
         return score_spans(self.model, sequences, spans, allowed, free_mask=self.free_mask(self.device),
                            pad_id=self.pad_id, temperature=self.temperature,
-                           with_router_logits=with_router_logits and self._has_router)
+                           with_router_logits=with_router_logits and self._has_router,
+                           with_prompt_hidden=with_prompt_hidden)

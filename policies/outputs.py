@@ -48,6 +48,7 @@ class SequenceScores:
     aux_loss: torch.Tensor | None = None  # Switch load-balancing loss (about top_k when balanced)
     router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer [B*T, num_experts]
     expert_load: torch.Tensor | None = None  # [layers, num_experts] fraction of top-k picks, detached
+    prompt_hidden: torch.Tensor | None = None  # [B, hidden] last hidden state where each span's prompt ends, if asked
 
     def per_token(self, values: torch.Tensor) -> torch.Tensor:
         """A per-row value of `log_dist` ([decisions]) laid out like `logprobs` ([B, A], 0 elsewhere)."""

@@ -33,11 +33,13 @@ def score_spans(
     pad_id: int,
     temperature: float,
     with_router_logits: bool = False,
+    with_prompt_hidden: bool = False,
 ) -> SequenceScores:
     """Score the spans of `sequences` in one forward of `model` (see `LLMPolicy.span_logprobs`).
 
     `free_mask` is free decoding's bool [vocab] mask, on the model's device; `with_router_logits`
-    asks the model for router logits, so pass it only for models that have a router.
+    asks the model for router logits, so pass it only for models that have a router;
+    `with_prompt_hidden` also returns the last hidden state at the end of each span's prompt.
     """
     if not (len(sequences) == len(spans) == len(allowed)):
         raise ValueError("sequences, spans and allowed must have one entry per sequence")
@@ -68,8 +70,11 @@ def score_spans(
             slot.append(s_idx * a_max + j)
             kept.append(None if ids_per_tok is None else ids_per_tok[j])
         decision_spans.append(kept)
+    # The prompt's last token (the assistant marker) is where the agent has read all it will act on.
+    prompt_ends = ([r for r, _, _, _ in flat_span], [start - 1 for _, start, _, _ in flat_span])
     fwd = decision_logits(model, sequences, rows, cols, shared_until=[row[0][0] - 1 if row else 0 for row in spans],
-                          pad_id=pad_id, device=device, with_router_logits=with_router_logits)
+                          pad_id=pad_id, device=device, with_router_logits=with_router_logits,
+                          hidden_at=prompt_ends if with_prompt_hidden else None)
     logits = fwd.logits.float() / temperature
     allow = _allow_rows(free_mask, decision_spans, logits.shape[-1], device)
     logp_all = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
@@ -83,7 +88,8 @@ def score_spans(
     logprobs = torch.zeros(n_spans * a_max, device=device).index_put((slot_t,), tok_logp).view(n_spans, a_max)
     entropy = torch.zeros(n_spans * a_max, device=device).index_put((slot_t,), entropy_flat).view(n_spans, a_max)
     mask = torch.arange(a_max, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
-    scores = SequenceScores(logprobs=logprobs, mask=mask, entropy=entropy, log_dist=logp_all, slots=slot_t)
+    scores = SequenceScores(logprobs=logprobs, mask=mask, entropy=entropy, log_dist=logp_all, slots=slot_t,
+                            prompt_hidden=fwd.hidden)
     if fwd.router_layers:
         scores.router_logits = fwd.router_layers
         scores.aux_loss = fwd.model_aux if fwd.model_aux is not None else aux_loss(

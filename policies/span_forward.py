@@ -1,7 +1,8 @@
 """The training forward behind span scoring: hidden states at chosen positions, sharing common prefixes.
 
 `decision_logits` returns the output layer's logits at given (sequence, position) pairs of a
-right-padded batch, and the router logits with the matching padding mask. Three paths, by what
+right-padded batch, the router logits with the matching padding mask and, when asked, the last
+hidden states at more positions (what an opponent head reads). Three paths, by what
 the model allows:
 - shared prefix: sequences that start alike (the episodes of one GRPO group share their task's
   first prompt, and often their first turns) form a family whose longest common prefix runs once
@@ -35,6 +36,7 @@ class DecisionForward:
     router_layers: tuple[torch.Tensor, ...] | None  # per MoE layer [tokens, experts], in `token_mask` order
     token_mask: torch.Tensor  # [1, tokens] or [rows, width]: 1 on real tokens, laid out like the router rows
     model_aux: torch.Tensor | None  # the model's own load-balancing loss (full path only; it saw the mask)
+    hidden: torch.Tensor | None = None  # [extra positions, hidden]: the last hidden states at `hidden_at`
 
 
 def right_padded(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,28 +64,36 @@ def body_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Mod
 
 def decision_logits(model: PreTrainedModel, sequences: Sequence[Sequence[int]], rows: list[int], cols: list[int],
                     *, shared_until: Sequence[int], pad_id: int, device: torch.device,
-                    with_router_logits: bool) -> DecisionForward:
+                    with_router_logits: bool, hidden_at: tuple[list[int], list[int]] | None = None) -> DecisionForward:
     """Logits predicting the token after position `cols[k]` of sequence `rows[k]`.
 
     `shared_until[r]` is how many leading tokens of sequence r may come from a shared prefix (no asked
-    position may lie before it); 0 turns sharing off for that row.
+    position may lie before it); 0 turns sharing off for that row. `hidden_at` (rows, cols) asks for the
+    last hidden states at more positions (an opponent head's inputs), returned as `hidden`.
     """
     kwargs = {"output_router_logits": True} if with_router_logits else {}
+    n = len(rows)
+    if hidden_at is not None:
+        rows, cols = rows + list(hidden_at[0]), cols + list(hidden_at[1])
     parts = body_and_head(model)
     if parts is None:
         ids, mask = right_padded(sequences, pad_id, device)
         positions = torch.arange(ids.shape[1], device=device)[None].expand(len(sequences), -1)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, **kwargs)
-        logits = out.logits[_t(rows, device), _t(cols, device)]
-        return DecisionForward(logits, _layers(out), mask, getattr(out, "aux_loss", None))
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                    output_hidden_states=hidden_at is not None, **kwargs)
+        where = (_t(rows, device), _t(cols, device))
+        hidden = out.hidden_states[-1][where][n:] if hidden_at is not None else None
+        return DecisionForward(out.logits[where][:n], _layers(out), mask, getattr(out, "aux_loss", None), hidden)
     body, head = parts
     plan = _prefix_plan(sequences, shared_until)
     if plan is None:
         ids, mask = right_padded(sequences, pad_id, device)
         positions = torch.arange(ids.shape[1], device=device)[None].expand(len(sequences), -1)
         out = body(input_ids=ids, position_ids=positions, use_cache=False, **kwargs)
-        return DecisionForward(head(out.last_hidden_state[_t(rows, device), _t(cols, device)]), _layers(out), mask, None)
-    return _shared_forward(body, head, sequences, rows, cols, plan, pad_id, device, kwargs)
+        picked, router, token_mask = out.last_hidden_state[_t(rows, device), _t(cols, device)], _layers(out), mask
+    else:
+        picked, router, token_mask = _shared_forward(body, sequences, rows, cols, plan, pad_id, device, kwargs)
+    return DecisionForward(head(picked[:n]), router, token_mask, None, picked[n:] if hidden_at is not None else None)
 
 
 @dataclass
@@ -148,10 +158,12 @@ def _common_prefix(seqs: list[Sequence[int]]) -> int:
     return n
 
 
-def _shared_forward(body: torch.nn.Module, head: torch.nn.Module, sequences: Sequence[Sequence[int]], rows: list[int],
-                    cols: list[int], plan: PrefixPlan, pad_id: int, device: torch.device, kwargs: dict
-                    ) -> DecisionForward:
-    """Each prefix once with a KV cache; each bucket of remainders against its rows' prefixes (gradients
+def _shared_forward(body: torch.nn.Module, sequences: Sequence[Sequence[int]], rows: list[int], cols: list[int],
+                    plan: PrefixPlan, pad_id: int, device: torch.device, kwargs: dict
+                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, torch.Tensor]:
+    """The hidden states at the asked positions, the router logits and the token mask they are laid out by.
+
+    Each prefix once with a KV cache; each bucket of remainders against its rows' prefixes (gradients
     reach the prefixes through the cache). An asked position inside a prefix reads the prefix's hidden state,
     which is the same for every sequence of the family."""
     pre_ids, pre_mask = right_padded(plan.prefixes, pad_id, device)
@@ -193,7 +205,7 @@ def _shared_forward(body: torch.nn.Module, head: torch.nn.Module, sequences: Seq
     router = None
     if all(layers):
         router = tuple(torch.cat(parts) for parts in zip(*layers, strict=True))
-    return DecisionForward(head(hidden), router, torch.cat(masks)[None], None)
+    return hidden, router, torch.cat(masks)[None]
 
 
 def _layers(out: object) -> tuple[torch.Tensor, ...] | None:

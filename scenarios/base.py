@@ -90,7 +90,8 @@ class OpponentStyles:
 
 # The optional capabilities TextScenario declares with defaults; a wrapper (comms) forwards each of these.
 CAPABILITIES: tuple[str, ...] = ("team_of", "opponent_styles", "episode_stats", "note_seen", "turn_budget_visible",
-                                 "action_classes", "action_class", "expert_turn", "action_summary", "shared_view")
+                                 "action_classes", "action_class", "opponent_slots", "opponent_actions", "expert_turn",
+                                 "action_summary", "shared_view")
 
 
 class TextScenario(ParallelEnv):
@@ -109,6 +110,12 @@ class TextScenario(ParallelEnv):
     - ``action_classes()`` / ``action_class(agent, action)``: the classes of action another
       agent could predict (a move, a bargaining verb, a tool name) and the class of one action
       text, read from the text alone (``None``: no class, malformed); ``()`` / ``None`` by default.
+    - ``opponent_slots(agent)`` / ``opponent_actions(agent)``: the others whose action ``agent``
+      could learn to predict (slot names, fixed for the episode: another agent's id, or
+      ``"opponent"`` for a scripted opponent inside the scenario) and the class each of them played
+      in the last step (the labels of an opponent model; never part of an observation). ``()``
+      by default; the default ``opponent_actions`` reads the class of the last action of each slot
+      that is an agent id, so a scenario whose slots are its agents only declares the slots.
     - ``turn_budget_visible``: whether the agent is shown its turn budget, so that running out
       of turns is an outcome of the task (terminal, value 0 after it) rather than a cut it cannot
       see (bootstrapped from the value). ``False`` by default; a scenario that says ``True`` gets a
@@ -157,6 +164,7 @@ class TextScenario(ParallelEnv):
         self._rng = np.random.default_rng(seed)
         self._pending_seed = seed  # the first reset() without a seed uses the constructor's seed
         self.episode_seed: int | None = None
+        self._last_actions: dict[str, Any] = {}  # the last step's actions (the default `opponent_actions` reads them)
         self.split = self.opts.split
         self._turns: dict[str, int] = {}
         self._ended: dict[str, str] = {}
@@ -222,6 +230,7 @@ class TextScenario(ParallelEnv):
         self.agents = list(self.possible_agents)
         self._turns = dict.fromkeys(self.agents, 0)
         self._ended = {}
+        self._last_actions = {}
         texts = self._reset_scenario(self.episode_seed, split)
         obs = {a: self._observe(a, texts[a]) for a in self.agents}
         infos = {a: {"reward_components": dict.fromkeys(self.default_reward_weights, 0.0), "invalid_action": False}
@@ -256,6 +265,7 @@ class TextScenario(ParallelEnv):
             truncs[agent] = end in TRUNCATION_REASONS
             infos[agent] = info
         self.agents = [a for a in self.agents if a not in self._ended]
+        self._last_actions = {a: actions.get(a) for a in live}
         return obs, rewards, terms, truncs, infos
 
     def state(self) -> str:
@@ -361,6 +371,18 @@ class TextScenario(ParallelEnv):
     def action_class(self, agent: str, action: object) -> str | None:
         """The class in ``action_classes()`` of ``agent``'s action text; ``None`` for no class (malformed)."""
         return None
+
+    def opponent_slots(self, agent: str) -> tuple[str, ...]:
+        """The others whose next action ``agent`` could learn to predict (agent ids, or a name for an
+        opponent inside the scenario), the same for the whole episode; none by default."""
+        return ()
+
+    def opponent_actions(self, agent: str) -> dict[str, str | None]:
+        """The class (of ``action_classes()``) of the action each of ``opponent_slots(agent)`` played in
+        the last step; ``None`` where it played none or a malformed one. Labels for an opponent model,
+        never shown to ``agent``. By default a slot that is an agent id is read from its last action."""
+        return {slot: self.action_class(slot, self._last_actions[slot]) if slot in self._last_actions else None
+                for slot in self.opponent_slots(agent)}
 
     def note_seen(self, agent: str, text: str) -> None:
         """``agent`` was shown ``text`` by someone else (comms); the scenario may widen its grammar. A no-op by default."""

@@ -23,6 +23,7 @@ import numpy as np
 
 import scenarios
 from marl.config import CommsConfig, ConfigError, EvalConfig, PolicyConfig, TrainConfig
+from marl.engine.opponent import prediction_metrics
 from marl.engine.rollout import RolloutWorker, expert_actor, team_name
 from marl.run.build import build_tokenizer, env_factory, load_policy, new_policy
 from marl.run.checkpoint import CheckpointMeta, read_meta
@@ -69,6 +70,8 @@ def run_eval(args: EvalConfig) -> dict[str, Any]:
         actor = expert_actor
     figures, played = evaluate(worker, seeds, greedy=args.greedy, sample_seed=args.seed, actor=actor,
                                scripted=scripted)
+    if policy is not None:  # an opponent head's predictions on the played turns (nothing without one)
+        figures.update(prediction_metrics(policy, played))
     if args.transcripts:
         write_transcripts(played.episodes, Path(args.transcripts))
     out: dict[str, Any] = {"scenario": scenario, "split": args.split, "policy": args.policy,

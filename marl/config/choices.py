@@ -26,6 +26,8 @@ StateView = Literal["global", "own_last", "own_team", "with_own", "own_and_state
 """What a centralized critic reads (see `marl.engine.critic`)."""
 CommsMode = Literal["observation", "message", "both"]
 """What travels between graph neighbours."""
+OpponentModel = Literal["off", "aux"]
+"""`off`, or `aux`: an opponent-model head trained by cross-entropy beside the policy (an auxiliary loss)."""
 EvalPolicy = Literal["checkpoint", "expert", "random", "untrained"]
 """What `marl eval` plays: a checkpoint, or a baseline."""
 

@@ -1,4 +1,4 @@
-"""The sections of a training config: policy, warm start, RL, critic, comms and tracking.
+"""The sections of a training config: policy, warm start, RL, critic, opponent model, comms and tracking.
 
 Each section is a dataclass whose fields carry their default and a one-line docstring (tyro turns
 them into `marl train` flags whose help is that docstring) and checks its own fields when it is built
@@ -21,7 +21,7 @@ from marl.config.checks import (
     require,
     within,
 )
-from marl.config.choices import Baseline, CommsMode, NormalizeBy, Ratio, StateView, options
+from marl.config.choices import Baseline, CommsMode, NormalizeBy, OpponentModel, Ratio, StateView, options
 
 OBSERVATION_CHARS = 2048
 """Characters of an observation (the scenarios' `max_obs_length`) that shared items split evenly by default."""
@@ -196,6 +196,35 @@ class CriticConfig(SelfChecking):
         positive("critic.minibatches", self.minibatches)
         one_of("critic.state_view", self.state_view, options(StateView))
         return self
+
+
+@dataclass
+class OpponentModelConfig(SelfChecking):
+    """Opponent modeling: each agent predicts the next action class of the others it faces, from its own history."""
+
+    mode: OpponentModel = "off"
+    """`off`, or `aux`: a head on the policy's last hidden state predicts each opponent's next action class, trained by cross-entropy on what they played (from the first SFT step and through RL)."""
+    coef: float = 1.0
+    """Weight of the opponent-model cross-entropy in the SFT and RL losses."""
+    final_coef: float | None = None
+    """Weight at the last RL iteration, reached linearly from `coef` (None: constant)."""
+
+    def validate(self) -> OpponentModelConfig:
+        """Check this section's fields; raise ConfigError naming the field and the fix."""
+        one_of("opponent.mode", self.mode, options(OpponentModel))
+        finite_non_negative("opponent.coef", self.coef)
+        if self.final_coef is not None:
+            finite_non_negative("opponent.final_coef", self.final_coef)
+        require(self.mode == "off" or self.coef > 0 or (self.final_coef or 0) > 0,
+                "opponent.mode is on but both weights are 0: the head would never learn (raise opponent.coef)")
+        return self
+
+    def weight(self, iteration: int, iterations: int) -> float:
+        """The loss weight at RL iteration `iteration` (0-based) of `iterations`."""
+        if self.final_coef is None or iterations <= 1:
+            return self.coef
+        frac = min(max(iteration / (iterations - 1), 0.0), 1.0)
+        return self.coef + frac * (self.final_coef - self.coef)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from marl.config.choices import ALGORITHM_NEEDS, Algo, PolicyMapping, options
 from marl.config.sections import (
     CommsConfig,
     CriticConfig,
+    OpponentModelConfig,
     PolicyConfig,
     RLConfig,
     TrackingConfig,
@@ -68,6 +69,8 @@ class TrainConfig(SelfChecking):
     """On-policy RL: PPO-clip on the agent's own tokens; the advantages come from `algo`."""
     critic: CriticConfig = field(default_factory=CriticConfig)
     """The value model of critic-based algorithms (`mappo`, `ippo`); unused by `grpo`."""
+    opponent: OpponentModelConfig = field(default_factory=OpponentModelConfig)
+    """Opponent modeling: each agent predicts the others' next action class from its own history."""
     comms: CommsConfig = field(default_factory=CommsConfig)
     """Who shares observations with whom during rollouts; `none` leaves the scenario as is."""
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
@@ -89,7 +92,7 @@ class TrainConfig(SelfChecking):
 
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""
-        for section in (self.policy, self.sft, self.rl, self.critic, self.comms, self.tracking):
+        for section in (self.policy, self.sft, self.rl, self.critic, self.opponent, self.comms, self.tracking):
             section.validate()
         self._check_scenario()
         one_of("algo", self.algo, options(Algo))
@@ -114,9 +117,15 @@ class TrainConfig(SelfChecking):
         require("split" not in self.scenario_options, "scenario_options must not set 'split'; use train_split / "
                 "eval_splits")
         try:
-            scenarios.make(self.scenario, n_agents=agents, **self.scenario_options)
+            env = scenarios.make(self.scenario, n_agents=agents, **self.scenario_options)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"scenario_options for {self.scenario}: {err}") from err
+        if self.opponent.mode != "off":
+            slots = max(len(env.opponent_slots(a)) for a in env.possible_agents)
+            require(slots > 0 and len(env.action_classes()) >= 2,
+                    f"opponent.mode={self.opponent.mode!r}: {self.scenario} with {agents} agents gives no agent another "
+                    "to predict (no opponent_slots or action_classes); use a competitive or mixed scenario, or "
+                    "opponent.mode off")
 
     def _check_algorithm(self) -> None:
         needs, rl, critic = ALGORITHM_NEEDS[self.algo], self.rl, self.critic

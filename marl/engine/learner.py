@@ -13,8 +13,12 @@ Built-in terms, each logged under its name with the weight it had:
   critic's own minibatches (`Critic.minibatches`, whole teams each): it shares no weight with the
   policy, so only its step count changes, and a small random-init critic needs many steps;
 - `ptx`: cross-entropy on scripted-expert demonstrations (InstructGPT's PPO-ptx), which keeps
-  what the warm start taught while RL chases reward.
-More terms (opponent modeling) plug in with `add_term(name, fn, weight)`: `fn(ctx)` reads the
+  what the warm start taught while RL chases reward;
+- `opponent`: with an opponent head on the policy (`policy.opponent_head`), the cross-entropy of its
+  prediction of each opponent's action class, read where each turn's prompt ends, against what the
+  opponent played (`marl.engine.opponent`); a mean over the minibatch's labels, weight
+  `opponent_weight` (set by the caller, so it can anneal). Every generated turn carries its labels.
+More terms plug in with `add_term(name, fn, weight)`: `fn(ctx)` reads the
 micro-batch's `StepContext` and returns a scalar tensor (a mean over that micro-batch).
 
 Logprobs are recomputed under the same constrained-decoding masks and temperature the rollout used,
@@ -44,6 +48,7 @@ from marl.engine.losses import (
     sequence_clip_loss,
     value_loss,
 )
+from marl.engine.opponent import label_tensor, labelled
 from marl.engine.rollout import RolloutBatch
 from marl.engine.sequences import (
     EpisodeSequence,
@@ -53,6 +58,7 @@ from marl.engine.sequences import (
     micro_batches,
     padded,
 )
+from policies.opponent_head import opponent_loss
 from policies.router_stats import load_entropy
 
 
@@ -88,15 +94,21 @@ class Learner:
         has_demos = bool(demonstrations and demonstrations.get("input_ids"))
         self.demos = demonstrations if has_demos and cfg.ptx_coef > 0 else None
         self.kl = AdaptiveKL(cfg.kl_coef, cfg.target_kl)
-        self.optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+        self.head = getattr(policy, "opponent_head", None)
+        self.opponent_weight = 0.0
+        self.optimizer = torch.optim.AdamW(self._parameters(), lr=cfg.learning_rate, weight_decay=0.0)
         self.rng = np.random.default_rng(seed)
         self.nonfinite_streak = 0
         self.updates = 0
         self.extra_terms: dict[str, tuple[LossTerm, float]] = {}
 
+    def _parameters(self) -> list[torch.nn.Parameter]:
+        """What the optimizer steps and the clip measures: the policy's weights and its opponent head's."""
+        return [*self.policy.model.parameters(), *(self.head.parameters() if self.head is not None else ())]
+
     def add_term(self, name: str, fn: LossTerm, weight: float) -> None:
         """Add a named loss term `weight * fn(ctx)` to every step (logged as `loss/<name>`)."""
-        builtin = {"policy", "kl", "entropy", "moe_aux", "value", "ptx"}
+        builtin = {"policy", "kl", "entropy", "moe_aux", "value", "ptx", "opponent"}
         if name in builtin or name in self.extra_terms:
             raise ValueError(f"loss term {name!r} already exists")
         self.extra_terms[name] = (fn, weight)
@@ -122,6 +134,8 @@ class Learner:
                     "train/critic_warmup": float(not train_policy)}
         model = self.policy.model
         model.train()
+        if self.head is not None:
+            self.head.train()
         if self.critic is not None:
             self.critic.model.train()
         first = True
@@ -137,6 +151,8 @@ class Learner:
                     for key, value in self._critic_step(batch, adv, chunk).items():
                         metrics.setdefault(key, []).append(value)
         model.eval()
+        if self.head is not None:
+            self.head.eval()
         if self.critic is not None:
             self.critic.model.eval()
         skips = metrics.pop("train/nonfinite_skips", [])
@@ -170,7 +186,8 @@ class Learner:
         totals = {"policy": float(policy_rows.sum() if cfg.ratio == "token" else policy_rows.any(-1).sum()),
                   "tokens": float(policy_rows.sum()),
                   "anchor": float((decisions & torch.tensor([bool(anchor[i]) for i in turn_ids])[:, None]).sum()),
-                  "padded": float(sum(len(p.sequence) for p in pieces))}
+                  "padded": float(sum(len(p.sequence) for p in pieces)),
+                  "opponent": float(labelled(turns)) if self.head is not None else 0.0}
         self.optimizer.zero_grad(set_to_none=True)
         out: dict[str, float] = {"train/decision_tokens": totals["tokens"]}
         loads = []
@@ -181,7 +198,7 @@ class Learner:
             for key, value in {**figures, "train/loss": float(loss.item())}.items():
                 out[key] = out.get(key, 0.0) + value
             for name, value in terms.items():
-                key = {"moe_aux": "moe/aux_loss"}.get(name, f"train/{name}")
+                key = {"moe_aux": "moe/aux_loss", "opponent": "opponent/loss"}.get(name, f"train/{name}")
                 key = f"loss/{name}" if name in self.extra_terms else key
                 key = "train/policy_loss" if name == "policy" else key
                 out[key] = out.get(key, 0.0) + value.item()
@@ -208,7 +225,7 @@ class Learner:
         if not finite:  # partial sums of a step that never happened would skew the means (and the KL control)
             out = {k: v if k.startswith("loss_weight/") else math.nan for k, v in out.items()}
             return self._skip(out)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self._parameters(), cfg.max_grad_norm)
         out["train/grad_norm"] = float(grad_norm)
         if not math.isfinite(float(grad_norm)):
             return self._skip(out)
@@ -227,7 +244,8 @@ class Learner:
         allowed = [[t.allowed for t in p.turns] for p in pieces]
         turns = [t for p in pieces for t in p.turns]
         turn_ids = [i for p in pieces for i in p.turn_ids]
-        scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0)
+        scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0,
+                                           with_prompt_hidden=totals["opponent"] > 0)
         with torch.no_grad():
             ref = self.reference.span_logprobs(sequences, spans, allowed)
         width, device = scores.logprobs.shape[1], scores.logprobs.device
@@ -257,6 +275,10 @@ class Learner:
         # Rollout vs training logprobs over every generated decision token (a mismatch, not a policy figure).
         gap = masked_mean((scores.logprobs.detach() - old).abs(), anchor_mask, totals["anchor"]).item()
         figures = {"train/clip_frac": clip_frac.item(), "train/logprob_gap": gap}
+        if totals["opponent"] > 0:  # summed over this micro-batch's labels, divided by the minibatch's
+            ce, correct, _ = opponent_loss(self.head(scores.prompt_hidden), label_tensor(turns, self.head.slots, device))
+            terms["opponent"], weights["opponent"] = ce / totals["opponent"], self.opponent_weight
+            figures["opponent/accuracy"] = float(correct) / totals["opponent"]
         load = None if scores.expert_load is None else scores.expert_load * share
         return terms, weights, figures, load
 

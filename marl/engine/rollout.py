@@ -56,6 +56,9 @@ class Turn:
     invalid: bool
     state: str | None = None
     """The scenario's global `state()` when the agent acted (recorded only for a centralized critic)."""
+    opponent: tuple[int, ...] = ()
+    """What each of the scenario's `opponent_slots(agent)` played in this step, as an index into its
+    `action_classes()` (-1: no valid action): an opponent model's labels; empty without slots."""
 
 
 @dataclass
@@ -84,6 +87,8 @@ class Episode:
     budget_visible: bool = False
     """The agent was shown its turn budget (the scenario's `turn_budget_visible`): a `max_turns`
     ending is then an outcome of the task, valued 0 after it, not a cut to bootstrap."""
+    opponent: list[tuple[int, ...]] = field(default_factory=list)
+    """Per action (as in `transcript`), the opponent model's labels of that step (`Turn.opponent`)."""
     teammate_fault: bool = False
     """A teammate's episode ended in a harness fault, and this team shares one outcome (see
     `mark_harness_faults`)."""
@@ -242,6 +247,7 @@ class RolloutWorker:
                     ep.ret += reward
                     ep.transcript.append(("action", text))
                     ep.turns.append(len(turns))
+                    ep.opponent.append(opponent_labels(envs[i], agent))
                     by_llm = gen is not None and row is not None
                     turns.append(Turn(
                         episode=slot[key],
@@ -252,6 +258,7 @@ class RolloutWorker:
                         reward=reward,
                         invalid=bool(info.get("invalid_action", False)),
                         state=state,
+                        opponent=ep.opponent[-1],
                     ))
                     done = terms.get(agent, False) or truncs.get(agent, False)
                     if done:
@@ -305,6 +312,16 @@ def mark_harness_faults(episodes: Sequence[Episode], kinds: Sequence[str]) -> No
     touched = {fate(ep) for ep in episodes if ep.reason in HARNESS_FAULTS}
     for ep in episodes:
         ep.teammate_fault = ep.reason not in HARNESS_FAULTS and fate(ep) in touched
+
+
+def opponent_labels(env: Any, agent: str) -> tuple[int, ...]:
+    """`Turn.opponent` of `agent` after a step of `env`: each opponent slot's action class index, -1 for none."""
+    slots = env.opponent_slots(agent)
+    if not slots:
+        return ()
+    index = {c: k for k, c in enumerate(env.action_classes())}
+    played = env.opponent_actions(agent)
+    return tuple(index.get(played.get(slot), -1) for slot in slots)
 
 
 def team_name(env: Any, agent: str) -> str:

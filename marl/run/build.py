@@ -25,12 +25,14 @@ import scenarios
 from marl.config import CommsConfig, PolicyConfig, TrainConfig
 from marl.engine import algorithms
 from marl.engine.critic import Critic, build_critic_model
+from marl.engine.opponent import build_head
 from marl.engine.policy_map import PolicyMap, policy_id, policy_ids, single
 from marl.engine.rollout import RolloutWorker
 from marl.run.checkpoint import CheckpointMeta, read_meta
 from marl.run.sft import demonstration_episodes
 from policies.chat import ChatFormat
 from policies.llm_policy import LLMPolicy
+from policies.opponent_head import OpponentHead
 from policies.presets import build_model
 from policies.tokenizer import load_or_train_tokenizer
 
@@ -146,7 +148,18 @@ def build_policy_map(mapping: str, scenario: str, policy: LLMPolicy, make_env: E
     kind = scenarios.info(scenario).kind
     ids = policy_ids(mapping, make_env(), kind)
     models = {ids[0]: policy, **{pid: same_policy(policy, copy.deepcopy(policy.model)) for pid in ids[1:]}}
+    for pid in ids[1:]:  # each policy learns its own opponents' model from the same start
+        models[pid].opponent_head = copy.deepcopy(policy.opponent_head)
     return PolicyMap(models, partial(policy_id, mapping, kind=kind))
+
+
+def attach_opponent_head(cfg: TrainConfig, policy: LLMPolicy, make_env: EnvFactory) -> None:
+    """Give `policy` the opponent head `cfg.opponent` asks for: the one saved beside a checkpoint it
+    starts from (when it has one), else a fresh one for the scenario's slots and classes."""
+    if cfg.opponent.mode == "off":
+        return
+    head = OpponentHead.load(cfg.policy.model, policy.device) if Path(cfg.policy.model).is_dir() else None
+    policy.opponent_head = head if head is not None else build_head(policy.model, make_env())
 
 
 def build_critic(cfg: TrainConfig, policy: LLMPolicy, chat: ChatFormat, seed: int) -> Critic | None:
@@ -177,8 +190,11 @@ def load_policy(checkpoint: str | Path, device: str = "auto") -> tuple[Any, Chat
 
     def load(folder: Path) -> LLMPolicy:
         model = build_model(str(folder), vocab_size=len(tokenizer)).to(resolve_device(device)).eval()
-        return LLMPolicy(model, tokenizer, constrained=meta.constrained, temperature=meta.temperature,
-                         max_new_tokens=meta.max_new_tokens)
+        policy = LLMPolicy(model, tokenizer, constrained=meta.constrained, temperature=meta.temperature,
+                           max_new_tokens=meta.max_new_tokens)
+        head = OpponentHead.load(folder, model.device)
+        policy.opponent_head = head.eval() if head is not None else None
+        return policy
 
     policy: Any = load(Path(checkpoint))
     if len(meta.policies) > 1:

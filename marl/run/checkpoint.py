@@ -143,17 +143,20 @@ def _from_format_1(old: dict[str, Any]) -> dict[str, Any]:
 
 
 def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: CheckpointMeta,
-                    extra_models: dict[str, Any] | None = None, critics: dict[str, Any] | None = None) -> Path:
+                    extra_models: dict[str, Any] | None = None, critics: dict[str, Any] | None = None,
+                    heads: dict[str, Any] | None = None) -> Path:
     """Write model + tokenizer + metadata atomically to `path` and return it.
 
     `model` lies at the top of the folder (the shared policy, or the first of several). Further
     policies of a policy mapping go to `policies/<id>/` (listed in the metadata under
-    `policies`), critics to `critics/<id>/`; all or nothing is written.
+    `policies`), critics to `critics/<id>/`, opponent heads beside their policy's weights (`heads`:
+    policy id, or "" for the top model, to a head); all or nothing is written.
     """
     path = Path(path)
     extra_models = extra_models or {}
     labelled = {"policy": model, **{f"policy {pid}": m for pid, m in extra_models.items()},
-                **{f"critic {pid}": m for pid, m in (critics or {}).items()}}
+                **{f"critic {pid}": m for pid, m in (critics or {}).items()},
+                **{f"opponent head {pid or 'policy'}": h for pid, h in (heads or {}).items()}}
     for label, m in labelled.items():
         for name, tensor in m.state_dict().items():
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
@@ -169,6 +172,8 @@ def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: Checkpoi
         m.save_pretrained(tmp / "policies" / pid, safe_serialization=True)
     for pid, critic in (critics or {}).items():
         critic.save(tmp / "critics" / pid)
+    for pid, head in (heads or {}).items():
+        head.save(tmp / "policies" / pid if pid else tmp)
     (tmp / META_FILE).write_text(meta.to_json())
     if path.exists():
         shutil.rmtree(old, ignore_errors=True)

@@ -28,6 +28,7 @@ import torch
 from marl.config import WarmStartConfig
 from marl.engine.rollout import Episode, RolloutWorker, expert_actor
 from marl.engine.sequences import demonstration_batch
+from policies.opponent_head import opponent_loss
 from policies.random_policy import RandomPolicy
 
 
@@ -67,18 +68,22 @@ def demonstration_episodes(worker: RolloutWorker, seeds: list[int], batch: int =
     return episodes
 
 
-def conversations(chat: Any, episodes: list[Episode]) -> dict[str, list[list[int]]]:
+def conversations(chat: Any, episodes: list[Episode]) -> dict[str, list[Any]]:
     """Pre-tokenized SFT columns from episode transcripts; perturbations are masked out of the loss,
-    and an episode with no expert action left is dropped."""
-    input_ids, masks = [], []
+    and an episode with no expert action left is dropped. `prompt_ends` and `opponent` hold, per
+    action, the index of its prompt's last id and the opponent model's labels of that step (every
+    action's, perturbations too: what the others played does not depend on who chose ours)."""
+    input_ids, masks, ends, labels = [], [], [], []
     for ep in filter(imitable, episodes):
         observations = [text for role, text in ep.transcript if role == "observation"]
         actions = [text for role, text in ep.transcript if role == "action"]
         trained = [not isinstance(a, Perturbation) for a in actions]
-        ids, mask = chat.conversation(observations, actions, trained=trained)
-        input_ids.append(list(ids))
-        masks.append([int(m) for m in mask])
-    return {"input_ids": input_ids, "assistant_masks": masks}
+        conv = chat.conversation(observations, actions, trained=trained)
+        input_ids.append(list(conv.input_ids))
+        masks.append([int(m) for m in conv.mask])
+        ends.append([start - 1 for start in conv.action_starts])
+        labels.append(list(ep.opponent) if len(ep.opponent) == len(actions) else [()] * len(actions))
+    return {"input_ids": input_ids, "assistant_masks": masks, "prompt_ends": ends, "opponent": labels}
 
 
 def imitable(ep: Episode) -> bool:
@@ -122,6 +127,8 @@ def run_sft(
     seed: int,
     log: Callable[[dict[str, float], int], None],
     progress: Callable[[float], None] | None = None,
+    head: torch.nn.Module | None = None,
+    head_coef: float = 0.0,
 ) -> dict[str, float]:
     """Fine-tune `model` in place within `cfg.seconds` (or `cfg.max_steps`); returns the final SFT figures.
 
@@ -130,7 +137,10 @@ def run_sft(
     AdamW, gradient norm clipped at `MAX_GRAD_NORM`. The rate warms up linearly over `cfg.warmup_steps`,
     then stays constant until the anneal of `budget_decay`. `sft/loss` (the mean since the last log),
     `sft/learning_rate` (the rate of the next step), `sft/grad_norm` and `sft/epoch` are logged every
-    `LOG_EVERY` steps.
+    `LOG_EVERY` steps. With an opponent `head`, each step adds `head_coef` times its mean cross-entropy
+    over the batch's labelled (action, opponent) pairs, read at each action's prompt end from the
+    same forward (`columns["prompt_ends"]`, `columns["opponent"]`), and logs `sft/opponent_loss` and
+    `sft/opponent_accuracy`: the head and the trunk's memory of the history learn from the first step.
     """
     start = time.perf_counter()
     input_ids, masks = columns["input_ids"], columns["assistant_masks"]
@@ -141,21 +151,33 @@ def run_sft(
         raise ValueError(f"a demonstration has {longest} tokens > sft.max_length={cfg.max_length}; raise sft.max_length")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     moe = {"output_router_logits": True} if hasattr(model.config, "output_router_logits") else {}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate / max(cfg.warmup_steps, 1),
-                                  weight_decay=0.0)
+    params = [*model.parameters(), *(head.parameters() if head is not None else ())]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate / max(cfg.warmup_steps, 1), weight_decay=0.0)
     rng = random.Random(seed)
     lengths = [len(ids) for ids in input_ids]
     model.train()
+    if head is not None:
+        head.train()
     step, total, window, grad_norm = 0, 0.0, [], 0.0
+    opp = [0.0, 0.0, 0.0]  # cross-entropy sum, correct, labels since the last log
     try:
         while step < cfg.max_steps and time.perf_counter() - start < cfg.seconds:
             for batch in length_grouped_batches(lengths, cfg.batch_size, rng):
                 ids, attention, labels = demonstration_batch([input_ids[i] for i in batch], [masks[i] for i in batch], pad_id,
                                                   model.device)
-                loss = model(input_ids=ids, attention_mask=attention, labels=labels, use_cache=False, **moe).loss
+                out = model(input_ids=ids, attention_mask=attention, labels=labels, use_cache=False,
+                            output_hidden_states=head is not None, **moe)
+                loss = out.loss
+                if head is not None:
+                    rows, cols, targets = (t.to(model.device) for t in demo_opponent_targets(columns, batch, head.slots))
+                    ce, correct, count = opponent_loss(head(out.hidden_states[-1][rows, cols]), targets)
+                    if count > 0:
+                        loss = loss + head_coef * ce / count
+                    for k, v in enumerate((ce, correct, count)):
+                        opp[k] += float(v.detach())
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM))
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
                 if math.isfinite(grad_norm) and torch.isfinite(loss):
                     optimizer.step()
                 step += 1
@@ -169,13 +191,18 @@ def run_sft(
                 if progress is not None:
                     progress(min(elapsed, cfg.seconds))
                 if step % LOG_EVERY == 0:
-                    log({"sft/loss": float(np.mean(window)), "sft/learning_rate": rate, "sft/grad_norm": grad_norm,
-                         "sft/epoch": step * cfg.batch_size / len(input_ids)}, step)
-                    window = []
+                    figures = {"sft/loss": float(np.mean(window)), "sft/learning_rate": rate, "sft/grad_norm": grad_norm,
+                               "sft/epoch": step * cfg.batch_size / len(input_ids)}
+                    if opp[2] > 0:
+                        figures.update({"sft/opponent_loss": opp[0] / opp[2], "sft/opponent_accuracy": opp[1] / opp[2]})
+                    log(figures, step)
+                    window, opp = [], [0.0, 0.0, 0.0]
                 if step >= cfg.max_steps or elapsed >= cfg.seconds:
                     break
     finally:
         model.eval()
+        if head is not None:
+            head.eval()
     return {"sft/steps": float(step), "sft/mean_loss": total / max(step, 1),
             "sft/seconds": time.perf_counter() - start, "sft/conversations": float(len(input_ids))}
 
@@ -184,6 +211,20 @@ MAX_GRAD_NORM = 1.0
 """Gradient norm clip of every SFT step (transformers' Trainer default)."""
 LOG_EVERY = 10
 """SFT steps between two logged points."""
+
+
+def demo_opponent_targets(columns: dict[str, list[Any]], batch: list[int], slots: int
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows and columns (prompt ends) of a batch's actions in its padded ids, and their `[actions, slots]`
+    opponent labels (-1: none), for the opponent head's loss."""
+    rows, cols, labels = [], [], []
+    for row, i in enumerate(batch):
+        for end, label in zip(columns["prompt_ends"][i], columns["opponent"][i], strict=True):
+            rows.append(row)
+            cols.append(end)
+            labels.append(list(label[:slots]) + [-1] * (slots - len(label[:slots])))
+    return (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long),
+            torch.tensor(labels, dtype=torch.long).view(-1, slots))
 
 
 def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:

@@ -23,10 +23,12 @@ from marl.config.files import flatten
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
 from marl.engine.learner import Learner
+from marl.engine.opponent import prediction_metrics
 from marl.engine.policy_map import PolicyMap, policy_id
 from marl.engine.rollout import SCRIPTED, RolloutWorker, summarize
 from marl.engine.sequences import subset
 from marl.run.build import (
+    attach_opponent_head,
     build_critic,
     build_policy,
     build_policy_map,
@@ -89,6 +91,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
         tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
         tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng)
+        attach_opponent_head(cfg, policy, make_env)
         chat = ChatFormat(tokenizer)
         worker = RolloutWorker(make_env, policy, chat, max_rows=cfg.rl.rollout_rows)
         tr.log_params({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer)),
@@ -98,7 +101,7 @@ def train(cfg: TrainConfig) -> TrainResult:
               flush=True)
         demos = None
         if cfg.sft.seconds > 0:
-            demos = _warm_start(cfg, tr, worker, chat, model, tokenizer, rng)
+            demos = _warm_start(cfg, tr, worker, chat, policy, tokenizer, rng)
         # Every policy of a mapping starts from the same warm start, then each learns on its own agents.
         policies = build_policy_map(cfg.policy_mapping, cfg.scenario, policy, make_env)
         worker.policies = policies
@@ -111,8 +114,10 @@ def train(cfg: TrainConfig) -> TrainResult:
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         ids = list(policies.policies)
         meta = checkpoint_meta(cfg, tokenizer, tuple(ids), tr.run_id, last_iteration)
+        heads = {"" if k == 0 else pid: policies[pid].opponent_head for k, pid in enumerate(ids)
+                 if policies[pid].opponent_head is not None}
         save_checkpoint(ckpt_dir, policies[ids[0]].model, tokenizer, meta,
-                        extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics)
+                        extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics, heads=heads)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
         final = _final_eval(cfg, tr, policies, chat, last_iteration)
     print(f"run_id: {tr.run_id}")
@@ -135,9 +140,10 @@ def checkpoint_meta(cfg: TrainConfig, tokenizer: Any, policies: tuple[str, ...],
         scenario_options=dict(cfg.scenario_options), comms=dataclasses.asdict(cfg.comms), versions=package_versions())
 
 
-def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any, model: Any, tokenizer: Any,
+def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any, policy: Any, tokenizer: Any,
                 rng: np.random.Generator) -> dict[str, list[list[int]]]:
-    """SFT on scripted-expert demonstrations; returns the demonstrations (PPO-ptx reuses them)."""
+    """SFT on scripted-expert demonstrations (and the opponent head, when the policy has one); returns the
+    demonstrations (PPO-ptx reuses them)."""
     t0 = time.perf_counter()
     episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes), noise=cfg.sft.demo_noise,
                                       seed=cfg.seed)
@@ -147,8 +153,8 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     def progress(elapsed: float) -> None:
         bar.update(int(elapsed) - bar.n)
 
-    sft_columns = {key: columns[key] for key in ("input_ids", "assistant_masks")}  # the trainer reads every column
-    figures = run_sft(model, tokenizer, sft_columns, cfg.sft, cfg.seed, tr.log_metrics, progress)
+    figures = run_sft(policy.model, tokenizer, columns, cfg.sft, cfg.seed, tr.log_metrics, progress,
+                      head=policy.opponent_head, head_coef=cfg.opponent.coef)
     bar.close()
     figures["sft/demo_seconds"] = time.perf_counter() - t0 - figures["sft/seconds"]
     trim_heap()
@@ -228,6 +234,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         for pid, learner in learners.items():
             part = batch if whole else subset(batch, lambda ep, pid=pid: ep.policy == pid)
             adv = algo.advantages(part, learner.critic, cfg.rl.gamma, cfg.rl.gae_lambda, role_of, baselines.get(pid))
+            learner.opponent_weight = cfg.opponent.weight(it - 1, cfg.iterations)
             per_policy[pid] = {**adv.metrics(), **learner.update(part, adv, train_policy=warm_critic_until < it)}
         metrics.update(merge_policy_metrics(per_policy))
         metrics["perf/update_seconds"] = time.perf_counter() - t0
@@ -270,6 +277,7 @@ def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int
         worker = RolloutWorker(make_env, policy, chat)
         seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
         figures, batch = evaluate(worker, seeds, greedy=True)
+        figures.update(prediction_metrics(policy, batch))
         final.update({f"eval/{split}/{k}": v for k, v in figures.items()})
         tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
         if cfg.eval_sampled:  # greedy play can tip on one looping path; sampled play averages over paths

@@ -57,6 +57,7 @@ hard episodes in ``train``).
 
 **Capabilities.** ``action_classes()``: the five verbs (offer, accept, reject, wait, leave;
 ``action_class`` reads the verb of a well-formed action, valid in the agent's role or not);
+``opponent_slots(agent)``: every other bargainer (whose verbs an opponent model predicts);
 ``episode_stats(agent)``: ``value`` (the normalized value the agent got: its share at a deal or
 its outside option, 0 without either) and ``offers`` (its offers that went on the table).
 ``turn_budget_visible`` is True: every observation ends with ``turn k of K`` (``K`` = ``max_turns``), so
@@ -285,6 +286,10 @@ class BargainingEnv(TextScenario):
     def pool(self) -> Pool | None:
         """This episode's pool, values and outside options (global information: not for agents' eyes)."""
         return self._pool
+
+    def opponent_slots(self, agent: str) -> tuple[str, ...]:
+        """Every other bargainer: each one's next verb is what an agent could predict."""
+        return tuple(a for a in self.possible_agents if a != agent)
 
     def action_classes(self) -> tuple[str, ...]:
         return ACTS

@@ -53,7 +53,7 @@ with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of t
 Evaluation seeds: ``PredatorPreyEnv.eval_seeds(split, n)``. Predators start at distance 3 or
 more from every prey (2 on the rare crowded board). ``state()`` adds the level, walls and caught prey.
 
-**Capabilities.** ``team_of``; move classes and no visible turn budget (``common.py``);
+**Capabilities.** ``team_of``; ``opponent_slots(agent)``: the other team's agents; move classes and no visible turn budget (``common.py``);
 ``episode_stats(agent)``: a predator's ``catches`` (its credited share of catches so far), a
 prey's ``caught`` (1 once caught, else 0).
 """
@@ -116,6 +116,10 @@ class PredatorPreyEnv(GridScenario):
         if agent not in self.possible_agents:
             raise ValueError(f"unknown agent {agent!r}; agents: {self.possible_agents}")
         return PREDATOR if agent in self.predators else PREY
+
+    def opponent_slots(self, agent: str) -> tuple[str, ...]:
+        """The other team's agents: a predator predicts the prey's moves, a prey the predators'."""
+        return tuple(self.prey if self.team_of(agent) == PREDATOR else self.predators)
 
     def episode_stats(self, agent: str) -> dict[str, float]:
         if self.board is None or agent not in self.possible_agents:

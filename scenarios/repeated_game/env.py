@@ -47,7 +47,9 @@ styles, five moves (rock paper scissors spock lizard), first to ``first_to`` wit
 
 **Capabilities.** ``opponent_styles()``: the training and held-out style names;
 ``action_classes()``: the five move names (``action_class`` reads the move of a well-formed
-action, whether or not this match uses five moves); ``episode_stats(agent)``: rounds won, lost
+action, whether or not this match uses five moves); ``opponent_slots(agent)``: ``("opponent",)``,
+the one side it plays, scripted or an agent, whose move of the last round ``opponent_actions``
+gives (``None`` for a forfeit); ``episode_stats(agent)``: rounds won, lost
 and drawn so far. ``turn_budget_visible`` is False: the match length is shown (the match's own end is a
 ``success``/``failure``), ``max_turns`` is not: set below the match length it is an outside cut the
 agent cannot see coming, which the learner bootstraps from the value.
@@ -123,6 +125,7 @@ class _Side:
     opponent: str | None  # the other agent's id in self pairing, else None
     style: Style | None  # the scripted opponent, else None
     history: list[tuple[str, str]] = field(default_factory=list)  # (own, opponent) rounds with two valid moves
+    last_opponent: str | None = None  # the opponent's move in the last round (None: no valid move)
     score: list[int] = field(default_factory=lambda: [0, 0, 0])  # wins, losses, draws
     rounds: int = 0
     opening: str = "rock"  # the expert's first move
@@ -213,6 +216,7 @@ class RepeatedGameEnv(TextScenario):
         res = outcome(mine, theirs, self._moves)
         side.score[{1: 0, -1: 1, 0: 2}[res]] += 1
         side.rounds += 1
+        side.last_opponent = theirs
         if mine is not None and theirs is not None:
             side.history.append((mine, theirs))
         wins, losses, _ = side.score
@@ -281,6 +285,13 @@ class RepeatedGameEnv(TextScenario):
 
     def action_classes(self) -> tuple[str, ...]:
         return MOVES5
+
+    def opponent_slots(self, agent: str) -> tuple[str, ...]:
+        return ("opponent",)
+
+    def opponent_actions(self, agent: str) -> dict[str, str | None]:
+        side = self._sides.get(agent)
+        return {"opponent": side.last_opponent if side is not None else None}
 
     def action_class(self, agent: str, action: object) -> str | None:
         return parse_move(action, MOVES5, self.max_action_length)[0]

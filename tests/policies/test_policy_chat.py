@@ -9,7 +9,7 @@ def test_prefix_property(tokenizer):
     chat = ChatFormat(tokenizer)
     obs = ["Task: weather in Paris on mon?", "Result: 21C", "Result: ok 42"]
     acts = [' {"tool": "get_weather", "args": {"city": "Paris"}}', "answer(21C)", "done"]
-    ids, mask = chat.conversation(obs, acts)
+    ids, mask, starts = chat.conversation(obs, acts)
     pieces = chat.first(obs[0]) + chat.encode_action(acts[0]) + chat.next(obs[1]) + \
         chat.encode_action(acts[1]) + chat.next(obs[2]) + chat.encode_action(acts[2])
     assert ids == pieces
@@ -19,6 +19,8 @@ def test_prefix_property(tokenizer):
     # rollout-style: the prompt of turn 2 is a prefix of the conversation
     prompt2 = chat.first(obs[0]) + chat.encode_action(acts[0]) + chat.next(obs[1])
     assert ids[: len(prompt2)] == prompt2
+    # each action starts right after its prompt's assistant marker
+    assert starts[1] == len(prompt2) and all(ids[s - 1] == chat.assistant_id for s in starts)
 
 
 def test_layout(tokenizer):
@@ -34,7 +36,7 @@ def test_layout(tokenizer):
 
 def test_id_actions_and_trailing_observation(tokenizer):
     chat = ChatFormat(tokenizer)
-    ids, mask = chat.conversation(["a", "b"], [chat.encode_action("x")])
+    ids, mask, _ = chat.conversation(["a", "b"], [chat.encode_action("x")])
     assert ids == chat.first("a") + chat.encode_action("x") + chat.next("b")
     assert sum(mask) == len(chat.encode_action("x"))
     with pytest.raises(ValueError, match="observation"):

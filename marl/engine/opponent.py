@@ -1,0 +1,118 @@
+"""Opponent modeling in the engine: the head's shape from a scenario, its labels, and its figures.
+
+Each agent predicts, at every turn, the action class each of its opponents (the scenario's
+`opponent_slots`) plays in that same step, from the hidden state where the agent's own prompt
+ends: the prediction reads the agent's own history only (decentralized execution), the labels
+come from what the others actually played (centralized training, `Turn.opponent`). The learner and
+the SFT loop add the summed cross-entropy as the `opponent` loss term; this module builds the
+head, turns turns into label tensors, and measures accuracy by round (`ROUND_BUCKETS`), which is
+where modeling shows: early rounds have little history to read.
+
+It leaves out the loss weighting inside a step (the learner's and the SFT loop's) and opponent pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from marl.engine.rollout import RolloutBatch, Turn
+from marl.engine.sequences import episode_sequence
+from policies.opponent_head import OpponentHead, opponent_loss
+
+ROUND_BUCKETS: tuple[tuple[str, int, int], ...] = (("1-5", 1, 5), ("6-10", 6, 10), ("11+", 11, 10**9))
+"""Accuracy is also reported per bucket of rounds (1-based turn of the agent's episode)."""
+
+
+def build_head(model: Any, env: Any) -> OpponentHead:
+    """A fresh head for `model`'s hidden size and `env`'s opponent slots (the most any agent has) and classes."""
+    slots = max(len(env.opponent_slots(a)) for a in env.possible_agents)
+    classes = tuple(env.action_classes())
+    if slots == 0 or len(classes) < 2:
+        raise ValueError(f"{type(env).__name__} gives no agent another to predict (opponent_slots / action_classes)")
+    torch.manual_seed(0)  # the head's init, independent of what was drawn before
+    return OpponentHead(int(model.config.hidden_size), slots, classes).to(model.device)
+
+
+def label_tensor(turns: Sequence[Turn], slots: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """`[turns, slots]` class indices, -1 where a slot has no label (no valid action, or fewer slots)."""
+    out = torch.full((len(turns), slots), -1, dtype=torch.long)
+    for row, turn in enumerate(turns):
+        labels = turn.opponent[:slots]
+        if labels:
+            out[row, : len(labels)] = torch.tensor(labels, dtype=torch.long)
+    return out.to(device)
+
+
+def labelled(turns: Sequence[Turn]) -> int:
+    """How many (turn, slot) labels these turns carry."""
+    return sum(sum(1 for c in t.opponent if c >= 0) for t in turns)
+
+
+def round_bucket(turn_index: int) -> str:
+    """The `ROUND_BUCKETS` name of an episode's turn (0-based index)."""
+    r = turn_index + 1
+    return next(name for name, lo, hi in ROUND_BUCKETS if lo <= r <= hi)
+
+
+@torch.no_grad()
+def prediction_metrics(policies: Any, batch: RolloutBatch, prefix: str = "opponent",
+                       max_tokens: int = 16384) -> dict[str, float]:
+    """Cross-entropy and accuracy of the opponent heads on every policy turn of `batch` (overall and by
+    round bucket), each read at the end of the turn's own prompt by the head of the policy that played
+    it; {} where no policy has a head or no turn a label. `policies`: one policy or a `PolicyMap`."""
+    sums: dict[str, list[float]] = {}
+    by_policy: dict[str, list[int]] = {}
+    for e, ep in enumerate(batch.episodes):
+        if any(batch.turns[i].action_ids and batch.turns[i].opponent for i in ep.turns):
+            by_policy.setdefault(ep.policy, []).append(e)
+    for pid, episodes in by_policy.items():
+        policy = policies[pid] if hasattr(policies, "policies") else policies
+        head = getattr(policy, "opponent_head", None)
+        if head is None:
+            continue
+        for chunk in _chunks(batch, episodes, max_tokens):
+            pieces = [episode_sequence(batch, e) for e in chunk]
+            scores = policy.span_logprobs([p.sequence for p in pieces], [p.spans for p in pieces],
+                                          [[t.allowed for t in p.turns] for p in pieces], with_prompt_hidden=True)
+            turns = [t for p in pieces for t in p.turns]
+            index = [k for p in pieces for k in range(len(p.turns))]
+            logits = head(scores.prompt_hidden)
+            labels = label_tensor(turns, head.slots, logits.device)
+            _add(sums, "", logits, labels)
+            for name, lo, hi in ROUND_BUCKETS:
+                rows = torch.tensor([lo <= k + 1 <= hi for k in index], device=logits.device)
+                if bool(rows.any()):
+                    _add(sums, f"/rounds_{name}", logits[rows], labels[rows])
+    out = {}
+    for key, (ce, correct, count) in sums.items():
+        if count:
+            out[f"{prefix}/accuracy{key}"] = correct / count
+            if key == "":
+                out[f"{prefix}/loss"] = ce / count
+    return out
+
+
+def _chunks(batch: RolloutBatch, episodes: list[int], max_tokens: int) -> list[list[int]]:
+    chunks: list[list[int]] = []
+    size = 0
+    for e in episodes:
+        last = batch.turns[batch.episodes[e].turns[-1]]
+        tokens = len(last.prompt_ids) + len(last.action_ids)
+        if chunks and size + tokens <= max_tokens:
+            chunks[-1].append(e)
+            size += tokens
+        else:
+            chunks.append([e])
+            size = tokens
+    return chunks
+
+
+def _add(sums: dict[str, list[float]], key: str, logits: torch.Tensor, labels: torch.Tensor) -> None:
+    ce, correct, count = opponent_loss(logits, labels)
+    acc = sums.setdefault(key, [0.0, 0.0, 0.0])
+    acc[0] += float(ce)
+    acc[1] += float(correct)
+    acc[2] += float(count)

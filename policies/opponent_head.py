@@ -1,0 +1,70 @@
+"""The opponent-model head: from an agent's own context, a distribution over each other's next action class.
+
+A linear layer on the policy's last hidden state at the end of a turn's prompt (the token after
+which the agent starts writing its action), so the prediction reads exactly the history the agent
+acts on and nothing else: decentralized at execution, whatever was used to train it. Its output
+is `[slots, classes]` logits: one distribution per other agent the scenario lets the agent predict
+(`opponent_slots`), over the scenario's `action_classes`. The head is small next to the trunk;
+what makes it work is the trunk learning to carry the history forward, which the cross-entropy
+trains through the head's gradient into the trunk.
+
+It leaves out the loss weighting and the labels (the engine's), and putting the prediction in
+front of the agent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+WEIGHTS = "opponent_head.pt"
+CONFIG = "opponent_head.json"
+
+
+class OpponentHead(torch.nn.Module):
+    """Logits `[n, slots, classes]` from hidden states `[n, hidden]`."""
+
+    def __init__(self, hidden_size: int, slots: int, classes: tuple[str, ...]) -> None:
+        super().__init__()
+        if slots < 1 or len(classes) < 2:
+            raise ValueError(f"an opponent head needs at least one slot and two classes, got {slots} and {classes}")
+        self.slots = slots
+        self.classes = tuple(classes)
+        self.linear = torch.nn.Linear(hidden_size, slots * len(self.classes))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.linear(hidden.to(self.linear.weight.dtype)).view(-1, self.slots, len(self.classes))
+
+    def save(self, folder: str | Path) -> None:
+        """Weights and shape into `folder` (a checkpoint's)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.state_dict(), folder / WEIGHTS)
+        (folder / CONFIG).write_text(json.dumps({"hidden_size": self.linear.in_features, "slots": self.slots,
+                                                 "classes": list(self.classes)}))
+
+    @classmethod
+    def load(cls, folder: str | Path, device: torch.device | str = "cpu") -> OpponentHead | None:
+        """The head saved in `folder`, or None when it holds none."""
+        folder = Path(folder)
+        if not (folder / CONFIG).is_file():
+            return None
+        spec = json.loads((folder / CONFIG).read_text())
+        head = cls(int(spec["hidden_size"]), int(spec["slots"]), tuple(spec["classes"]))
+        head.load_state_dict(torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True))
+        return head.to(device)
+
+
+def opponent_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy over the labelled (row, slot) pairs of `labels` (`[n, slots]`, -1 unlabelled),
+    the number of correct argmax predictions among them, and their count; sums so that micro-batches add up."""
+    flat, target = logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device)
+    known = target >= 0
+    if not bool(known.any()):
+        zero = logits.sum() * 0.0
+        return zero, zero.detach(), zero.detach()
+    ce = torch.nn.functional.cross_entropy(flat[known], target[known], reduction="sum")
+    correct = (flat[known].argmax(-1) == target[known]).sum().float()
+    return ce, correct, known.sum().float()
