@@ -2,7 +2,8 @@
 
 It does not know the opponent's style. It keeps a family of generic predictors of the
 opponent's next move (its last move shifted by k, my last move shifted by k, either side's most
-frequent move shifted by k, its move two or three rounds ago), scores each on the rounds played
+frequent move shifted by k, my least frequent move shifted by k, its move two, three or four
+rounds ago, my move two rounds ago), scores each on the rounds played
 so far with exponentially decaying weights (recent rounds count more, so noise and switches
 are forgiven), and plays the move that beats the best predictor's guess. With no history it
 plays ``opening``.
@@ -27,12 +28,22 @@ def _predictions(mine: Sequence[int], theirs: Sequence[int], n: int,
         guesses.extend((ref + k) % n for k in range(n))
     for lag in (2, 3):
         guesses.append(theirs[-lag] if len(theirs) >= lag else None)
+    # Added later and kept last, so ties still go to the predictors above.
+    guesses.append(mine[-2] if len(mine) >= 2 else None)
+    ref = _bottom(freq_mine)
+    guesses.extend((ref + k) % n for k in range(n))
+    guesses.append(theirs[-4] if len(theirs) >= 4 else None)
     return guesses
 
 
 def _top(freq: Sequence[int]) -> int:
     # freq holds (count, last index) keys encoded as count * 1000 + last index: max is the tie-broken top
     return max(range(len(freq)), key=freq.__getitem__)
+
+
+def _bottom(freq: Sequence[int]) -> int:
+    # The least frequent move (0 if never played); ties go to the first in rule order.
+    return min(range(len(freq)), key=freq.__getitem__)
 
 
 def expert_move(history: History, moves: Sequence[str], opening: str) -> str:

@@ -26,7 +26,7 @@ from marl.config import ConfigError, OpponentModelConfig, TrainConfig
 from marl.engine.advantages import group_advantages, per_turn
 from marl.engine.learner import Learner
 from marl.engine.opponent import build_head, prediction_metrics, round_bucket
-from marl.engine.rollout import RolloutWorker, expert_actor
+from marl.engine.rollout import RolloutWorker
 from marl.run.build import build_policy, frozen_reference, load_policy
 from marl.run.sft import conversations, demo_opponent_targets, demonstration_episodes, run_sft
 from marl.run.train import train

@@ -1,0 +1,85 @@
+"""A repeated_game checkpoint against every scripted style, one at a time: win rates and an exploitability estimate.
+
+For each style (training, held-out and probe styles; option `styles` of the scenario), plays
+`--episodes` evaluation seeds of `--split` with the checkpoint in every seat, greedy by default, and
+prints one row per style: the policy's match win rate, its mean round result (+1 won, -1 lost, 0
+drawn), and, with an opponent head, its prediction accuracy. The exploitability estimate is the
+best of the deterministic styles' mean round result against the policy (the negative of the
+policy's worst): a lower bound on what a best response gains per round, since the styles are only
+a family of deterministic response rules, not every one. Against `uniform` (a random move every
+round) every policy's expected round result is 0: its row shows how much of a figure is noise at
+this episode count. The scripted expert can be measured the same way (`--policy expert`) as the reference.
+
+    python benchmarks/repeated_game_styles.py --checkpoint CKPT --episodes 100 --skip-seeds 500000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from marl.engine.opponent import prediction_metrics
+from marl.engine.rollout import RolloutWorker, expert_actor
+from marl.run.build import env_factory, load_policy
+from marl.run.evaluate import evaluate
+from scenarios.repeated_game.styles import HELDOUT_STYLES, PROBE_STYLES, STYLES, TRAIN_STYLES
+
+NOISY = {name for name, cls in STYLES.items() if {"uniform_noise", "uniform_random"} & cls.rules}
+
+
+def style_row(policy: Any, chat: Any, style: str, args: argparse.Namespace, options: dict) -> dict[str, Any]:
+    """The policy (or the expert) against one style."""
+    make_env = env_factory("repeated_game", args.agents, args.split, {**options, "styles": [style]})
+    seeds = make_env().eval_seeds(args.split, args.episodes, skip=args.skip_seeds)
+    worker = RolloutWorker(make_env, policy, chat)
+    figures, batch = evaluate(worker, seeds, greedy=not args.sampled, sample_seed=0,
+                              actor=expert_actor if policy is None else None)
+    rounds = figures["stats/rounds_won"] + figures["stats/rounds_lost"] + figures["stats/rounds_drawn"]
+    row = {"style": style, "set": "train" if style in TRAIN_STYLES else "heldout" if style in HELDOUT_STYLES
+           else "probe", "win_rate": figures[f"stats/match_won/{style}"],
+           "round_result": (figures["stats/rounds_won"] - figures["stats/rounds_lost"]) / max(rounds, 1e-9)}
+    if policy is not None:
+        row.update({k.split("/", 1)[1]: v for k, v in prediction_metrics(policy, batch).items()})
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--policy", choices=["checkpoint", "expert"], default="checkpoint")
+    parser.add_argument("--split", default="basic", help="basic (three moves, 10 rounds) or hard (five, first-to-4)")
+    parser.add_argument("--agents", type=int, default=2)
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--skip-seeds", type=int, default=0)
+    parser.add_argument("--sampled", action="store_true", help="sample at the policy temperature (default greedy)")
+    parser.add_argument("--styles", nargs="+", default=None, help="default: every style")
+    args = parser.parse_args()
+    policy = chat = None
+    options: dict = {}
+    if args.policy == "checkpoint":
+        if not args.checkpoint:
+            parser.error("--checkpoint is needed unless --policy expert")
+        policy, chat, meta = load_policy(args.checkpoint, device="cpu")
+        options = {k: v for k, v in meta.scenario_options.items() if k != "styles"}
+    rows = [style_row(policy, chat, s, args, options) for s in args.styles or [*TRAIN_STYLES, *HELDOUT_STYLES,
+                                                                                *PROBE_STYLES]]
+    deterministic = [r for r in rows if r["style"] not in NOISY]
+    summary = {"exploitability": max((-r["round_result"] for r in deterministic), default=float("nan")),
+               "best_response_style": min(deterministic, key=lambda r: r["round_result"])["style"] if deterministic
+               else None}
+    for subset in ("train", "heldout", "probe"):
+        chosen = [r for r in rows if r["set"] == subset]
+        if chosen:
+            summary[f"{subset}_win_rate"] = sum(r["win_rate"] for r in chosen) / len(chosen)
+    print("| style | set | win rate | round result | prediction accuracy (rounds 6-10) |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        acc = r.get("accuracy/rounds_6-10")
+        print(f"| {r['style']} | {r['set']} | {r['win_rate']:.2f} | {r['round_result']:+.3f} | "
+              f"{'-' if acc is None else f'{acc:.2f}'} |")
+    print(json.dumps({"rows": rows, **summary}))
+
+
+if __name__ == "__main__":
+    main()
