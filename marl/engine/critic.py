@@ -33,6 +33,7 @@ module does, and only during training. Left out: value clipping and return norma
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -115,9 +116,19 @@ class Critic:
         self.max_grad_norm = max_grad_norm
         self.chunk = chunk
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+        # Per-batch caches (states rarely repeat across iterations): they start afresh with each new batch
+        # and hold it only weakly, so a finished iteration's records can be freed before the next rollout.
         self._encoded: dict[tuple[str, bool], list[int]] = {}
+        self._readers_map: dict[str, list[str]] | None = None
+        self._batch: weakref.ref[RolloutBatch] | None = None
         self._suffixes: dict[str, list[int]] = {}
-        self._readers_of: tuple[RolloutBatch | None, dict[str, list[str]]] = (None, {})
+
+    def _begin(self, batch: RolloutBatch) -> None:
+        """Start the per-batch caches afresh when `batch` is not the one they were filled from."""
+        if self._batch is None or self._batch() is not batch:
+            self._batch = weakref.ref(batch)
+            self._encoded.clear()
+            self._readers_map = None
 
     def _encode(self, text: str, bos: bool = True) -> list[int]:
         """Token ids of `text` (after BOS when `bos`), cached."""
@@ -126,8 +137,6 @@ class Critic:
         if ids is None:
             first = [self.tokenizer.bos_token_id] if bos and self.tokenizer.bos_token_id is not None else []
             ids = first + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            if len(self._encoded) > 50_000:  # states rarely repeat across iterations: keep memory bounded
-                self._encoded.clear()
             self._encoded[key] = ids
         return ids
 
@@ -169,12 +178,12 @@ class Critic:
         return out
 
     def _readers(self, batch: RolloutBatch) -> dict[str, list[str]]:
-        if self._readers_of[0] is not batch:
+        if self._readers_map is None:
             readers: dict[str, set[str]] = {}
             for state, agent, _ in self._reads(batch, range(len(batch.episodes))):
                 readers.setdefault(state, set()).add(agent)
-            self._readers_of = (batch, {k: sorted(v) for k, v in readers.items()})
-        return self._readers_of[1]
+            self._readers_map = {k: sorted(v) for k, v in readers.items()}
+        return self._readers_map
 
     def _centralized_inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
         readers = self._readers(batch)
@@ -234,6 +243,7 @@ class Critic:
 
     def inputs(self, batch: RolloutBatch, episodes: Sequence[int]) -> CriticInputs:
         """Critic inputs for every turn (and truncation bootstrap) of the given episodes."""
+        self._begin(batch)
         if self.centralized and self.state_view == "with_own":
             return self._with_own_inputs(batch, episodes)
         if self.centralized and self.state_view == FUSED_VIEW:

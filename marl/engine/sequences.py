@@ -77,7 +77,7 @@ def subset(batch: RolloutBatch, keep: Callable[[Episode], bool]) -> RolloutBatch
         for i in ep.turns:
             t = batch.turns[i]
             ids.append(len(turns))
-            turns.append(Turn(e, t.prompt_ids, t.action_ids, t.logprobs, t.allowed, t.reward, t.invalid, t.state))
+            turns.append(replace(t, episode=e))  # every field travels (state, opponent labels, ...)
         episodes.append(replace(ep, turns=ids))
     return RolloutBatch(turns, episodes, batch.generated_tokens, batch.env_steps, batch.seconds,
                         batch.generate_seconds, batch.env_seconds)

@@ -344,3 +344,23 @@ def test_own_and_state_critic_adds_an_own_part_and_a_state_part(nav, tmp_path):
         Critic(model.parts[0], tokenizer, chat, True, 1e-3, 1.0, state_view="own_and_state")
     with pytest.raises(ValueError, match="SummedValueModel"):
         Critic(model, tokenizer, chat, True, 1e-3, 1.0, state_view="own_last")
+
+
+def test_a_critic_keeps_no_batch_alive_and_reads_each_batch_afresh(nav):
+    import gc
+    import weakref
+
+    _, make_env, tokenizer, policy = nav
+    worker = RolloutWorker(make_env, policy, ChatFormat(tokenizer))
+    critic = critic_for(tokenizer, centralized=True)
+    first = worker.collect([1, 2], greedy=True, record_state=True)
+    values, _ = critic.batch_values(first)
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None  # a finished iteration's records are freed before the next rollout
+    second = worker.collect([3, 4], greedy=True, record_state=True)
+    again, _ = critic.batch_values(second)
+    fresh, _ = critic_for(tokenizer, centralized=True).batch_values(second)
+    np.testing.assert_allclose(again, fresh, atol=1e-5)  # nothing read from the first batch's caches
+    assert len(again) == len(second.turns) and values.shape[0] > 0

@@ -27,6 +27,7 @@ from marl.engine.advantages import group_advantages, per_turn
 from marl.engine.learner import Learner
 from marl.engine.opponent import build_head, prediction_metrics, round_bucket
 from marl.engine.rollout import RolloutWorker
+from marl.engine.sequences import subset
 from marl.run.build import build_policy, frozen_reference, load_policy
 from marl.run.sft import conversations, demo_opponent_targets, demonstration_episodes, run_sft
 from marl.run.train import train
@@ -142,6 +143,10 @@ def test_learner_opponent_term_is_the_mean_cross_entropy_over_every_label(game):
     worker = RolloutWorker(make_env, policy, ChatFormat(tokenizer))
     batch = worker.collect([s for s in range(4) for _ in range(2)], [g for g in range(4) for _ in range(2)],
                            sample_seed=1)
+    # a policy's own part of a batch (team and agent mappings) keeps every turn's labels
+    part = subset(batch, lambda ep: ep.agent == "agent_1")
+    assert [t.opponent for t in part.turns] == [batch.turns[i].opponent for ep in batch.episodes
+                                                 if ep.agent == "agent_1" for i in ep.turns]
     before = prediction_metrics(policy, batch)
     assert before["opponent/loss"] > 0 and "opponent/accuracy/rounds_6-10" in before
     # one minibatch scored in several micro-batches: the logged term is the whole minibatch's mean
