@@ -6,9 +6,9 @@ truncation, layered and weighted rewards, ``infos`` with ``reward_components``,
 ``invalid_action`` and ``termination_reason``, harness-fault containment, printable and
 bounded observation text, seeding, evaluation seeds, ``state()`` and ``render()``.
 
-It also declares, with defaults, every optional capability a scenario may have (see
-``TextScenario``: teams, opponent styles, per-episode stats, action classes, turn-budget
-visibility, and the comms hooks), so callers call them directly and never probe attributes.
+It also inherits, with defaults (``scenarios.capabilities``), every optional capability a scenario may
+have (see ``TextScenario``: teams, opponent styles, per-episode stats, action classes, opponent slots,
+turn-budget visibility, and the comms hooks), so callers call them directly and never probe attributes.
 
 It leaves out everything about a particular task: subclasses implement ``_reset_scenario``,
 ``_step_agent`` (or ``_step_agents`` when agents interact), ``_agent_state``, ``action_grammar``, ``entity_vocabulary`` and
@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import string
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -29,6 +29,7 @@ import numpy as np
 from gymnasium.spaces import Dict, Text
 from pettingzoo import ParallelEnv
 
+from scenarios.capabilities import CAPABILITIES, Capabilities, OpponentStyles  # noqa: F401 - re-exported
 from scenarios.grammar import ActionGrammar
 
 PRINTABLE = string.printable
@@ -80,21 +81,7 @@ class StepOutcome:
     end: str | None = None  # a termination reason when the agent's episode ends here
 
 
-@dataclass(frozen=True)
-class OpponentStyles:
-    """Names of a scenario's scripted opponent styles: those training draws from and those held out for evaluation."""
-
-    train: tuple[str, ...] = ()
-    held_out: tuple[str, ...] = ()
-
-
-# The optional capabilities TextScenario declares with defaults; a wrapper (comms) forwards each of these.
-CAPABILITIES: tuple[str, ...] = ("team_of", "opponent_styles", "episode_stats", "note_seen", "turn_budget_visible",
-                                 "action_classes", "action_class", "opponent_slots", "opponent_actions", "expert_turn",
-                                 "action_summary", "shared_view")
-
-
-class TextScenario(ParallelEnv):
+class TextScenario(ParallelEnv, Capabilities):
     """Shared machinery of text scenarios (see the module docstring).
 
     Optional capabilities (``CAPABILITIES``), each declared here with a default that means "the
@@ -350,57 +337,3 @@ class TextScenario(ParallelEnv):
 
     def expert_action(self, agent: str) -> str:
         raise NotImplementedError
-
-    # ----- optional capabilities (see the class docstring); defaults mean "none of it" -----
-    def team_of(self, agent: str) -> str:
-        """The team ``agent`` plays on; ``""`` when the scenario has no teams."""
-        return ""
-
-    def opponent_styles(self) -> OpponentStyles:
-        """The scripted opponent styles for training and held out for evaluation; none by default."""
-        return OpponentStyles()
-
-    def episode_stats(self, agent: str) -> dict[str, float]:
-        """Figures measured over ``agent``'s episode so far (finished or current), for logging; none by default."""
-        return {}
-
-    def action_classes(self) -> tuple[str, ...]:
-        """Every class of action another agent could predict (the same for every episode); none by default."""
-        return ()
-
-    def action_class(self, agent: str, action: object) -> str | None:
-        """The class in ``action_classes()`` of ``agent``'s action text; ``None`` for no class (malformed)."""
-        return None
-
-    def opponent_slots(self, agent: str) -> tuple[str, ...]:
-        """The others whose next action ``agent`` could learn to predict (agent ids, or a name for an
-        opponent inside the scenario), the same for the whole episode; none by default."""
-        return ()
-
-    def opponent_actions(self, agent: str) -> dict[str, str | None]:
-        """The class (of ``action_classes()``) of the action each of ``opponent_slots(agent)`` played in
-        the last step; ``None`` where it played none or a malformed one. Labels for an opponent model,
-        never shown to ``agent``. By default a slot that is an agent id is read from its last action."""
-        return {slot: self.action_class(slot, self._last_actions[slot]) if slot in self._last_actions else None
-                for slot in self.opponent_slots(agent)}
-
-    def note_seen(self, agent: str, text: str) -> None:
-        """``agent`` was shown ``text`` by someone else (comms); the scenario may widen its grammar. A no-op by default."""
-        return None
-
-    def expert_turn(self, agent: str, audience: Collection[str] = ()) -> tuple[str, str | None]:
-        """The scripted expert's action and, when the teammates in ``audience`` hear a message from
-        ``agent`` this turn (comms message mode), the value it would say to them; silent by default."""
-        return self.expert_action(agent), None
-
-    def action_summary(self, agent: str, action: object) -> str:
-        """How ``agent``'s action reads to teammates it is shared with (comms); the text itself by default."""
-        return action if isinstance(action, str) else repr(action)
-
-    def shared_view(self, agent: str, text: str) -> str:
-        """What of ``agent``'s observation ``text`` its teammates get under comms; the whole text by default.
-
-        A scenario may leave out lines that describe only the agent itself (its tool list) or
-        carry no news (an empty board): teammates cannot act on them, and every such line is
-        repeated once per neighbour, turn after turn, in each receiver's context."""
-        return text

@@ -150,7 +150,9 @@ def test_repeated_game_styles_moves_and_rounds():
         obs, *_ = env.step(actions)
     for a in env.possible_agents:
         stats = env.episode_stats(a)
-        assert sum(stats.values()) == 7.0
+        assert stats["rounds_won"] + stats["rounds_lost"] + stats["rounds_drawn"] == 7.0
+        style = env.opponent_style(a).name  # the match is over: whether it was won, under the opponent's style
+        assert stats[f"match_won/{style}"] == float(stats["rounds_won"] > stats["rounds_lost"]) and len(stats) == 4
         assert f"{stats['rounds_won']:.0f}-{stats['rounds_lost']:.0f}" in obs[a]["text"]
     assert env.action_class("agent_0", '{"move": "spock"}') == "spock"  # a class, even in a three-move match
     assert env.action_class("agent_0", '{"move": "fire"}') is None and env.action_class("agent_0", None) is None
