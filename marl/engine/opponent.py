@@ -26,14 +26,17 @@ ROUND_BUCKETS: tuple[tuple[str, int, int], ...] = (("1-5", 1, 5), ("6-10", 6, 10
 """Accuracy is also reported per bucket of rounds (1-based turn of the agent's episode)."""
 
 
-def build_head(model: Any, env: Any) -> OpponentHead:
-    """A fresh head for `model`'s hidden size and `env`'s opponent slots (the most any agent has) and classes."""
+def build_head(model: Any, env: Any, seed: int = 0) -> OpponentHead:
+    """A fresh head for `model`'s hidden size and `env`'s opponent slots (the most any agent has) and classes,
+    initialised from `seed` without touching the global random state the rest of the run draws from."""
     slots = max(len(env.opponent_slots(a)) for a in env.possible_agents)
     classes = tuple(env.action_classes())
     if slots == 0 or len(classes) < 2:
         raise ValueError(f"{type(env).__name__} gives no agent another to predict (opponent_slots / action_classes)")
-    torch.manual_seed(0)  # the head's init, independent of what was drawn before
-    return OpponentHead(int(model.config.hidden_size), slots, classes).to(model.device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = OpponentHead(int(model.config.hidden_size), slots, classes)
+    return head.to(model.device)
 
 
 def label_tensor(turns: Sequence[Turn], slots: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -159,7 +159,7 @@ def attach_opponent_head(cfg: TrainConfig, policy: LLMPolicy, make_env: EnvFacto
     if cfg.opponent.mode == "off":
         return
     head = OpponentHead.load(cfg.policy.model, policy.device) if Path(cfg.policy.model).is_dir() else None
-    policy.opponent_head = head if head is not None else build_head(policy.model, make_env())
+    policy.opponent_head = head if head is not None else build_head(policy.model, make_env(), seed=cfg.seed)
 
 
 def build_critic(cfg: TrainConfig, policy: LLMPolicy, chat: ChatFormat, seed: int) -> Critic | None:

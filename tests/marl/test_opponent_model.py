@@ -88,6 +88,15 @@ def test_default_labels_read_the_other_agents_last_actions(name, agents):
                 assert seen[other] == env.action_class(other, actions[other]) and seen[other] in classes
 
 
+def test_a_head_is_seeded_on_its_own_and_leaves_the_global_random_state_alone(game):
+    _, make_env, _, policy = game
+    state = torch.random.get_rng_state()
+    a, b = build_head(policy.model, make_env(), seed=1), build_head(policy.model, make_env(), seed=1)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(a.linear.weight, b.linear.weight)
+    assert not torch.equal(a.linear.weight, build_head(policy.model, make_env(), seed=2).linear.weight)
+
+
 def test_a_scenario_without_opponents_is_refused_with_a_message():
     with pytest.raises(ConfigError, match="opponent.mode"):
         TrainConfig(scenario="tool_use", opponent=OpponentModelConfig(mode="aux"))
