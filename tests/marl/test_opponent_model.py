@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from run_helpers import tiny
 
 import scenarios
 from marl.config import ConfigError, OpponentModelConfig, TrainConfig
@@ -173,15 +174,8 @@ def test_learner_opponent_term_is_the_mean_cross_entropy_over_every_label(game):
 
 
 def test_a_run_with_the_head_logs_it_checkpoints_it_and_eval_reads_it(tmp_path):
-    cfg = TrainConfig(scenario="repeated_game", agents=2, iterations=1, eval_episodes=2,
-                      eval_splits=("heldout",), output_dir=str(tmp_path / "runs"),
-                      opponent=OpponentModelConfig(mode="aux"))
-    cfg.sft.seconds, cfg.sft.max_steps, cfg.sft.episodes, cfg.sft.batch_size = 600.0, 10, 16, 4
-    cfg.policy.device = "cpu"
-    cfg.policy.tokenizer_episodes = 40
-    cfg.rl.tasks_per_iteration, cfg.rl.group_size = 2, 2
-    cfg.tracking.tracking_uri = f"sqlite:///{tmp_path}/mlflow.db"
-    cfg.tracking.artifact_location = str(tmp_path / "mlruns")
+    cfg = tiny(tmp_path, scenario="repeated_game", agents=2, eval_splits=("heldout",),
+               opponent=OpponentModelConfig(mode="aux"))
     result = train(cfg)
     metrics = MlflowClient(tracking_uri=cfg.tracking.tracking_uri).get_run(result.run_id).data.metrics
     for key in ("sft/opponent_loss", "opponent/loss", "opponent/accuracy", "eval/heldout/opponent/accuracy",

@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 from mlflow.tracking import MlflowClient
+from run_helpers import tiny
 
 import scenarios
 from marl.cli.eval import run_eval
@@ -19,24 +20,6 @@ from marl.run.train import train
 
 CASES = [("navigation", 3), ("predator_prey", 4), ("repeated_game", 3), ("bargaining", 5), ("info_split", 3),
          ("tool_use", 2)]
-
-
-def tiny(tmp_path, **fields) -> TrainConfig:
-    """A run that exercises every stage in seconds.
-
-    Budgets are in steps and the device is the CPU, so the seeded run is the same on a busy CI box and
-    on a GPU machine (CUDA draws other samples: a grpo group can then come out all-failure, leaving no
-    update to check). CUDA is covered by the policy-level tests and `benchmarks/gpu_smoke.sh`.
-    """
-    cfg = TrainConfig(iterations=1, eval_episodes=2, output_dir=str(tmp_path / "runs"), **fields)
-    cfg.sft.seconds, cfg.sft.max_steps, cfg.sft.episodes, cfg.sft.batch_size = 600.0, 12, 16, 4
-    cfg.policy.device = "cpu"
-    cfg.policy.tokenizer_episodes = 40
-    cfg.rl.tasks_per_iteration, cfg.rl.group_size = 2, 2
-    cfg.tracking.tracking_uri = f"sqlite:///{tmp_path}/mlflow.db"
-    cfg.tracking.artifact_location = str(tmp_path / "mlruns")
-    cfg.tracking.transcripts = 1
-    return cfg
 
 
 @pytest.mark.slow
