@@ -177,7 +177,11 @@ class WinStay(Style):
         if not history:
             return self.opening
         mine, theirs = history[-1]
-        return mine if outcome(mine, theirs, self.moves) > 0 else counter(theirs, self.moves)
+        return mine if outcome(mine, theirs, self.moves) > 0 else self.after_loss(mine, theirs)
+
+    def after_loss(self, mine: str, theirs: str) -> str:
+        """The move after a lost or drawn round (the variants differ only here)."""
+        return counter(theirs, self.moves)
 
 
 class Pattern(Style):
@@ -231,30 +235,24 @@ class BeatLeastFrequent(Style):
         return counter(least_frequent([theirs for _, theirs in history], self.moves), self.moves)
 
 
-class WinStayLoseNext(Style):
+class WinStayLoseNext(WinStay):
     """Win-stay, lose-shift: repeats a winning move, otherwise its own last shifted by one (the next in rule order)."""
 
     name = "win_stay_lose_next"
     rules = frozenset({"repeat_own_on_win", "step_cycle"})
 
-    def act(self, history: History) -> str:
-        if not history:
-            return self.opening
-        mine, theirs = history[-1]
-        return mine if outcome(mine, theirs, self.moves) > 0 else shift(mine, 1, self.moves)
+    def after_loss(self, mine: str, theirs: str) -> str:
+        return shift(mine, 1, self.moves)
 
 
-class WinStayLoseCopy(Style):
+class WinStayLoseCopy(WinStay):
     """Win-stay, lose-shift: repeats a winning move, otherwise copies the opponent's last move."""
 
     name = "win_stay_lose_copy"
     rules = frozenset({"repeat_own_on_win", "copy_opp_lag1"})
 
-    def act(self, history: History) -> str:
-        if not history:
-            return self.opening
-        mine, theirs = history[-1]
-        return mine if outcome(mine, theirs, self.moves) > 0 else theirs
+    def after_loss(self, mine: str, theirs: str) -> str:
+        return theirs
 
 
 class Pattern4(Style):
