@@ -7,7 +7,8 @@ space objects, the same ``state()`` (the global state stays for the centralized 
 scenario's ``action_grammar``, ``expert_action``, ``entity_vocabulary`` and ``eval_seeds``. Every
 capability the base class declares (``scenarios.base.CAPABILITIES``: ``team_of``,
 ``opponent_styles``, ``episode_stats``, ``action_classes``, ``action_class``,
-``turn_budget_visible``, ``note_seen``, ``expert_turn``, ``action_summary``, ``shared_view``) is
+``turn_budget_visible``, ``note_seen``, ``expert_turn``, ``action_summary``, ``shared_view``,
+``scripted_action``) is
 forwarded by a method of its own, so a wrapped scenario offers the same declared surface as a bare
 one; the wrapper itself calls them directly, never by probing. A scenario's own extras (such as
 ``tool_schemas``) still pass through by attribute lookup. What changes is each agent's observation
@@ -211,6 +212,10 @@ class CommsWrapper(ParallelEnv):
 
     def action_summary(self, agent: str, action: object) -> str:
         return self.env.action_summary(agent, action)
+
+    def scripted_action(self, agent: str, style: str) -> str:
+        """The scenario's scripted action; the expert talks as the wrapper's expert does (``expert_action``)."""
+        return self.expert_action(agent) if style == "expert" else self.env.scripted_action(agent, style)
 
     def shared_view(self, agent: str, text: str) -> str:
         return self.env.shared_view(agent, text)

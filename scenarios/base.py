@@ -90,6 +90,9 @@ class TextScenario(ParallelEnv, Capabilities):
     - ``team_of(agent)``: the agent's team, ``""`` without teams (predator_prey: predator / prey).
     - ``opponent_styles()``: the scripted opponent styles (``OpponentStyles``: training and
       held-out names), both empty without scripted opponents (repeated_game has them).
+    - ``scripted_action(agent, style)``: the action scripted ``style`` (``"expert"`` or a name
+      from ``opponent_styles()``) plays in ``agent``'s seat now, so a scripted opponent can stand
+      in for an agent; only ``"expert"`` by default.
     - ``episode_stats(agent)``: figures the scenario measures over the agent's episode so far
       (finished or current), worth logging as averages; ``{}`` by default. Keys may differ
       between agents (a predator's catches, a prey's capture): average each over the

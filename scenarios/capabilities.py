@@ -23,7 +23,7 @@ class OpponentStyles:
 # The optional capabilities TextScenario declares with defaults; a wrapper (comms) forwards each of these.
 CAPABILITIES: tuple[str, ...] = ("team_of", "opponent_styles", "episode_stats", "note_seen", "turn_budget_visible",
                                  "action_classes", "action_class", "opponent_slots", "opponent_actions", "expert_turn",
-                                 "action_summary", "shared_view")
+                                 "action_summary", "shared_view", "scripted_action")
 
 
 class Capabilities:
@@ -39,6 +39,14 @@ class Capabilities:
     def opponent_styles(self) -> OpponentStyles:
         """The scripted opponent styles for training and held out for evaluation; none by default."""
         return OpponentStyles()
+
+    def scripted_action(self, agent: str, style: str) -> str:
+        """The action scripted ``style`` (``"expert"``, or one of ``opponent_styles()``) plays in ``agent``'s
+        seat now, so a scripted opponent can stand in for an agent (an opponent pool's entries). By
+        default only ``"expert"``, the scenario's scripted expert."""
+        if style != "expert":
+            raise ValueError(f"{type(self).__name__} has no scripted style {style!r} to seat; it has: expert")
+        return self.expert_turn(agent)[0]
 
     def episode_stats(self, agent: str) -> dict[str, float]:
         """Figures measured over ``agent``'s episode so far (finished or current), for logging; none by default."""

@@ -2,7 +2,7 @@
 
 - `choices`: the closed sets of choices as `Literal` types, and what each algorithm needs.
 - `checks`: `ConfigError` and the checks every section uses.
-- `sections`: policy, warm start, RL, critic, opponent model, comms, tracking.
+- `sections`: policy, warm start, RL, critic, opponent model, opponent pool, comms, tracking.
 - `train`: `TrainConfig`, and the checks that span sections.
 - `commands`: the configs of `marl eval` and `marl compare`.
 - `files`: YAML into configs (`safe_load` only), configs into flat MLflow params.
@@ -16,6 +16,7 @@ from marl.config.sections import (
     CommsConfig,
     CriticConfig,
     OpponentModelConfig,
+    OpponentPoolConfig,
     PolicyConfig,
     RLConfig,
     TrackingConfig,
@@ -23,6 +24,5 @@ from marl.config.sections import (
 )
 from marl.config.train import TrainConfig
 
-__all__ = ["CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "EvalConfig", "OpponentModelConfig", "PolicyConfig",
-           "RLConfig",
-           "TrackingConfig", "TrainConfig", "WarmStartConfig"]
+__all__ = ["CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "EvalConfig", "OpponentModelConfig",
+           "OpponentPoolConfig", "PolicyConfig", "RLConfig", "TrackingConfig", "TrainConfig", "WarmStartConfig"]

@@ -28,6 +28,8 @@ CommsMode = Literal["observation", "message", "both"]
 """What travels between graph neighbours."""
 OpponentModel = Literal["off", "aux"]
 """`off`, or `aux`: an opponent-model head trained by cross-entropy beside the policy (an auxiliary loss)."""
+PoolSampling = Literal["off", "uniform", "pfsp"]
+"""No opponent pool, or one whose entries are drawn uniformly or by prioritized fictitious self-play."""
 EvalPolicy = Literal["checkpoint", "expert", "random", "untrained"]
 """What `marl eval` plays: a checkpoint, or a baseline."""
 

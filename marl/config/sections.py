@@ -21,7 +21,16 @@ from marl.config.checks import (
     require,
     within,
 )
-from marl.config.choices import Baseline, CommsMode, NormalizeBy, OpponentModel, Ratio, StateView, options
+from marl.config.choices import (
+    Baseline,
+    CommsMode,
+    NormalizeBy,
+    OpponentModel,
+    PoolSampling,
+    Ratio,
+    StateView,
+    options,
+)
 
 OBSERVATION_CHARS = 2048
 """Characters of an observation (the scenarios' `max_obs_length`) that shared items split evenly by default."""
@@ -225,6 +234,38 @@ class OpponentModelConfig(SelfChecking):
             return self.coef
         frac = min(max(iteration / (iterations - 1), 0.0), 1.0)
         return self.coef + frac * (self.final_coef - self.coef)
+
+
+@dataclass
+class OpponentPoolConfig(SelfChecking):
+    """Who the learner plays in competitive and mixed scenarios: a pool of the scenario's scripted styles and frozen snapshots of the policy."""
+
+    sampling: PoolSampling = "off"
+    """`off` (the agents play each other, all learning), `uniform`, or `pfsp` (prioritized fictitious self-play: entries the learner loses to come more often)."""
+    scripted: bool = True
+    """Put the scenario's scripted expert and its training styles in the pool (held-out styles never enter)."""
+    snapshot_every: int = 5
+    """Add a frozen copy of the learning policy every this many RL iterations (0: no snapshots)."""
+    max_snapshots: int = 8
+    """Snapshots kept in the pool; the oldest leaves when a new one comes."""
+    pfsp_power: float = 2.0
+    """PFSP weight of an entry: (1 - the learner's recent win rate against it) to this power."""
+    window: int = 64
+    """Recent results per entry that its win rate is measured over (PFSP weights, `pool/<entry>/win_rate`)."""
+    eval_episodes: int = 50
+    """Greedy episodes against each pool entry at the end of training (`eval/pool/...`; 0 skips)."""
+
+    def validate(self) -> OpponentPoolConfig:
+        """Check this section's fields; raise ConfigError naming the field and the fix."""
+        one_of("pool.sampling", self.sampling, options(PoolSampling))
+        positive("pool.snapshot_every", self.snapshot_every, allow_zero=True)
+        positive("pool.max_snapshots", self.max_snapshots)
+        finite_non_negative("pool.pfsp_power", self.pfsp_power)
+        positive("pool.window", self.window)
+        positive("pool.eval_episodes", self.eval_episodes, allow_zero=True)
+        require(self.sampling == "off" or self.scripted or self.snapshot_every > 0,
+                "pool.sampling is on but the pool would stay empty: keep pool.scripted true or set pool.snapshot_every > 0")
+        return self
 
 
 @dataclass

@@ -23,6 +23,7 @@ from marl.config.sections import (
     CommsConfig,
     CriticConfig,
     OpponentModelConfig,
+    OpponentPoolConfig,
     PolicyConfig,
     RLConfig,
     TrackingConfig,
@@ -71,6 +72,8 @@ class TrainConfig(SelfChecking):
     """The value model of critic-based algorithms (`mappo`, `ippo`); unused by `grpo`."""
     opponent: OpponentModelConfig = field(default_factory=OpponentModelConfig)
     """Opponent modeling: each agent predicts the others' next action class from its own history."""
+    pool: OpponentPoolConfig = field(default_factory=OpponentPoolConfig)
+    """Who the learner plays in competitive and mixed scenarios: scripted styles and frozen snapshots of itself."""
     comms: CommsConfig = field(default_factory=CommsConfig)
     """Who shares observations with whom during rollouts; `none` leaves the scenario as is."""
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
@@ -92,7 +95,8 @@ class TrainConfig(SelfChecking):
 
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""
-        for section in (self.policy, self.sft, self.rl, self.critic, self.opponent, self.comms, self.tracking):
+        for section in (self.policy, self.sft, self.rl, self.critic, self.opponent, self.pool, self.comms,
+                        self.tracking):
             section.validate()
         self._check_scenario()
         one_of("algo", self.algo, options(Algo))
@@ -120,6 +124,10 @@ class TrainConfig(SelfChecking):
             env = scenarios.make(self.scenario, n_agents=agents, **self.scenario_options)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"scenario_options for {self.scenario}: {err}") from err
+        if self.pool.sampling != "off":
+            require(any(set(env.opponent_slots(a)) & set(env.possible_agents) for a in env.possible_agents),
+                    f"pool.sampling={self.pool.sampling!r}: in {self.scenario} with {agents} agents no agent plays "
+                    "another (repeated_game: set scenario_options pairing: self); use pool.sampling off")
         if self.opponent.mode != "off":
             slots = max(len(env.opponent_slots(a)) for a in env.possible_agents)
             require(slots > 0 and len(env.action_classes()) >= 2,

@@ -14,7 +14,7 @@ token sets of constrained decoding, rewards and termination reasons. It leaves o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,7 +23,7 @@ import numpy as np
 from marl.engine.policy_map import PolicyMap, single
 from scenarios.base import HARNESS_FAULTS  # endings that are never the agent's doing
 
-__all__ = ["HARNESS_FAULTS", "SCRIPTED", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor",
+__all__ = ["HARNESS_FAULTS", "SCRIPTED", "STYLE_PREFIX", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor",
            "summarize", "team_name", "turn_seed"]
 
 
@@ -36,6 +36,13 @@ def turn_seed(sample_seed: int | None, turn: int) -> int | None:
 
 SCRIPTED = "scripted"
 """The policy id of an episode an `actor` played (no tokens: never in a loss)."""
+STYLE_PREFIX = "style:"
+"""A seat owner `style:<name>` is the scenario's scripted style `name`, played by `env.scripted_action`."""
+
+
+def played_by_llm(pid: str) -> bool:
+    """Whether an episode's policy id names a policy (not an `actor` or a scripted style)."""
+    return pid != SCRIPTED and not pid.startswith(STYLE_PREFIX)
 
 
 def expert_actor(env: Any, agent: str) -> str:
@@ -157,6 +164,7 @@ class RolloutWorker:
         max_loops: int = 1000,
         record_state: bool = False,
         scripted: Callable[[Any, str], bool] | None = None,
+        seats: Sequence[Mapping[str, str]] | None = None,
     ) -> RolloutBatch:
         """Play one episode per seed (all agents of each) and return every turn and episode.
 
@@ -166,7 +174,12 @@ class RolloutWorker:
         `record_state` keeps the scenario's `state()` with every turn and at every agent's end (what a
         centralized critic reads). With `max_rows`, the envs are played in parts of at most that many
         agents (each part samples from its own seed), and the parts' records are concatenated.
+        `seats` (one mapping per seed) names who plays an agent instead of the policy map's route: a
+        policy id of the map (a frozen snapshot), or `style:<name>` for the scenario's scripted style
+        (`env.scripted_action`); agents it leaves out follow the route (an opponent pool's seating).
         """
+        if seats is not None and len(seats) != len(seeds):
+            raise ValueError(f"seats has {len(seats)} entries for {len(seeds)} seeds: give one mapping per seed")
         groups = list(groups) if groups is not None else list(range(len(seeds)))
         size = len(seeds)
         if self.max_rows and seeds:
@@ -174,13 +187,15 @@ class RolloutWorker:
         parts = []
         for k, start in enumerate(range(0, max(len(seeds), 1), max(size, 1))):
             seed_k = None if sample_seed is None else sample_seed + 7919 * k
+            part_seats = None if seats is None else seats[start : start + size]
             parts.append(self._collect(seeds[start : start + size], groups[start : start + size], greedy, seed_k,
-                                       actor, max_loops, record_state, scripted))
+                                       actor, max_loops, record_state, scripted, part_seats))
         return parts[0] if len(parts) == 1 else concat_batches(parts)
 
     def _collect(self, seeds: Sequence[int], groups: Sequence[int], greedy: bool, sample_seed: int | None,
                  actor: Callable[[Any, str], str] | None, max_loops: int, record_state: bool,
-                 scripted: Callable[[Any, str], bool] | None) -> RolloutBatch:
+                 scripted: Callable[[Any, str], bool] | None,
+                 seats: Sequence[Mapping[str, str]] | None = None) -> RolloutBatch:
         """One part of `collect`: these seeds' envs played together."""
         if scripted is not None and (actor is None or self.policies is None):
             raise ValueError("`scripted` picks the agents an actor plays beside a policy: pass both")
@@ -197,14 +212,18 @@ class RolloutWorker:
                 key = (i, agent)
                 slot[key] = len(episodes)
                 by_actor = actor is not None and (scripted is None or scripted(env, agent))
-                pid = SCRIPTED if by_actor else self.policies.policy_of(env, agent)
+                seated = seats[i].get(agent) if seats is not None else None
+                pid = SCRIPTED if by_actor else seated or self.policies.policy_of(env, agent)
+                if seated and played_by_llm(seated) and seated not in self.policies.policies:
+                    raise KeyError(f"seat {agent} goes to policy {seated!r}, which the policy map lacks; "
+                                   f"known: {sorted(self.policies.policies)}")
                 episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent, policy=pid, env=i,
                                         team=team_name(env, agent),
                                         budget_visible=bool(env.turn_budget_visible)))
                 text = observations[agent]["text"]
                 last_obs[key] = text
                 episodes[slot[key]].transcript.append(("observation", text))
-                if not by_actor:
+                if played_by_llm(pid):
                     context[key] = self.chat.first(text)
         gen_s = env_s = 0.0
         tokens = steps = 0
@@ -215,7 +234,7 @@ class RolloutWorker:
             if not live:
                 break
             t0 = time.perf_counter()
-            llm = [k for k in live if episodes[slot[k]].policy != SCRIPTED]
+            llm = [k for k in live if played_by_llm(episodes[slot[k]].policy)]
             gen = None
             texts: dict[tuple[int, str], str] = {}
             if llm:
@@ -227,7 +246,9 @@ class RolloutWorker:
                 tokens += sum(len(ids) for ids in gen.token_ids)
             for i, a in live:
                 if (i, a) not in texts:
-                    texts[(i, a)] = actor(envs[i], a)
+                    pid = episodes[slot[(i, a)]].policy
+                    texts[(i, a)] = actor(envs[i], a) if pid == SCRIPTED else \
+                        envs[i].scripted_action(a, pid.removeprefix(STYLE_PREFIX))
             gen_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             per_env: dict[int, dict[str, str]] = {}

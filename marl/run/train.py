@@ -25,7 +25,7 @@ from marl.engine.advantages import RunningBaseline
 from marl.engine.learner import Learner
 from marl.engine.opponent import prediction_metrics
 from marl.engine.policy_map import PolicyMap, policy_id
-from marl.engine.rollout import SCRIPTED, RolloutWorker, summarize
+from marl.engine.rollout import RolloutWorker, summarize
 from marl.engine.sequences import subset
 from marl.run.build import (
     attach_opponent_head,
@@ -40,6 +40,7 @@ from marl.run.build import (
 from marl.run.checkpoint import CheckpointMeta, TokenizerInfo, package_versions, save_checkpoint
 from marl.run.evaluate import evaluate, transcript_text
 from marl.run.memory import peak_rss_gb, trim_heap
+from marl.run.pool import PoolRun
 from marl.run.sft import conversations, demonstration_episodes, imitable, perturbed_fraction, run_sft
 from marl.run.tracking import Tracker
 from policies.chat import ChatFormat
@@ -105,21 +106,23 @@ def train(cfg: TrainConfig) -> TrainResult:
         # Every policy of a mapping starts from the same warm start, then each learns on its own agents.
         policies = build_policy_map(cfg.policy_mapping, cfg.scenario, policy, make_env)
         worker.policies = policies
+        pool = PoolRun(cfg, make_env, policies) if cfg.pool.sampling != "off" else None
         last_iteration, critics = 0, {}
         if cfg.iterations > 0 and cfg.rl.seconds > 0:
             if cfg.rl.ptx_coef > 0 and demos is None:
                 demos = demonstrations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes),
                                                                     noise=cfg.sft.demo_noise, seed=cfg.seed))
-            last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng)
+            last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         ids = list(policies.policies)
         meta = checkpoint_meta(cfg, tokenizer, tuple(ids), tr.run_id, last_iteration)
         heads = {"" if k == 0 else pid: policies[pid].opponent_head for k, pid in enumerate(ids)
                  if policies[pid].opponent_head is not None}
         save_checkpoint(ckpt_dir, policies[ids[0]].model, tokenizer, meta,
-                        extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics, heads=heads)
+                        extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics, heads=heads,
+                        pool=pool.pool if pool is not None else None)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
-        final = _final_eval(cfg, tr, policies, chat, last_iteration)
+        final = _final_eval(cfg, tr, policies, chat, last_iteration, pool)
     print(f"run_id: {tr.run_id}")
     print(f"checkpoint: {ckpt_dir}")
     print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
@@ -208,8 +211,9 @@ def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any,
 
 
 def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: PolicyMap, chat: Any,
-               demos: Any, rng: np.random.Generator) -> tuple[int, dict[str, Any]]:
-    """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics."""
+               demos: Any, rng: np.random.Generator, pool: PoolRun | None = None) -> tuple[int, dict[str, Any]]:
+    """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics.
+    With an opponent pool the learner plays one side of each task and a pool entry the others."""
     algo = algorithms.get(cfg.algo)
     learners = build_learners(cfg, policies, chat, demos, worker.make_env)
     role_of = role_function(cfg, worker.make_env)
@@ -222,15 +226,18 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     it = 0
     for it in bar:
         task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
-        seeds = [s for s in task_seeds for _ in range(cfg.rl.group_size)]
-        groups = [g for g in range(len(task_seeds)) for _ in range(cfg.rl.group_size)]
-        batch = worker.collect(seeds, groups, greedy=False, sample_seed=cfg.seed * 1_000_003 + it,
-                               record_state=algo.centralized_critic)
+        collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic)
+        if pool is None:
+            seeds = [s for s in task_seeds for _ in range(cfg.rl.group_size)]
+            groups = [g for g in range(len(task_seeds)) for _ in range(cfg.rl.group_size)]
+            batch = worker.collect(seeds, groups, **collect)
+        else:
+            batch = pool.collect(worker, task_seeds, cfg.rl.group_size, **collect)
         t0 = time.perf_counter()
-        metrics = summarize(batch)
+        metrics = summarize(batch if pool is None else subset(batch, lambda ep: ep.policy in learners))
         per_policy: dict[str, dict[str, float]] = {}
-        # A policy learns from its own agents' episodes only (never from a scripted seat's).
-        whole = len(learners) == 1 and all(ep.policy != SCRIPTED for ep in batch.episodes)
+        # A policy learns from its own agents' episodes only (never from a scripted or pool seat's).
+        whole = len(learners) == 1 and all(ep.policy in learners for ep in batch.episodes)
         for pid, learner in learners.items():
             part = batch if whole else subset(batch, lambda ep, pid=pid: ep.policy == pid)
             adv = algo.advantages(part, learner.critic, cfg.rl.gamma, cfg.rl.gae_lambda, role_of, baselines.get(pid))
@@ -241,6 +248,9 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         metrics["perf/rollout_seconds"] = batch.seconds
         del batch, part, adv  # the iteration's records, before the freed heap goes back
         trim_heap()
+        if pool is not None:
+            pool.after_iteration(it)
+            metrics.update(pool.metrics())
         metrics["curriculum/n_agents"] = float(cfg.agents)
         metrics["curriculum/stage"] = 0.0
         metrics["perf/elapsed_s"] = time.perf_counter() - start
@@ -268,9 +278,15 @@ def merge_policy_metrics(per_policy: dict[str, dict[str, float]]) -> dict[str, f
     return out
 
 
-def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int) -> dict[str, float]:
+def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
+                pool: PoolRun | None = None) -> dict[str, float]:
     final: dict[str, float] = {}
+    if pool is not None and cfg.pool.eval_episodes > 0 and cfg.eval_splits:
+        make_env = train_env_factory(cfg, cfg.eval_splits[0])
+        seeds = list(make_env().eval_seeds(cfg.eval_splits[0], cfg.pool.eval_episodes))
+        final.update(pool.evaluate(RolloutWorker(make_env, policy, chat), seeds))
     if cfg.eval_episodes <= 0:
+        tr.log_metrics(final, step=step)
         return final
     for split in cfg.eval_splits:
         make_env = train_env_factory(cfg, split)

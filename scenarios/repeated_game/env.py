@@ -47,11 +47,13 @@ of episodes) the hard variant. ``basic``: training styles, three moves, ``rounds
 styles, five moves (rock paper scissors spock lizard), first to ``first_to`` within
 ``rounds``. Evaluation seeds: ``RepeatedGameEnv.eval_seeds(split, n)``.
 
-**Capabilities.** ``opponent_styles()``: the training and held-out style names;
+**Capabilities.** ``opponent_styles()``: the training and held-out style names; ``scripted_action(agent, style)``:
+the move any style (or ``"expert"``) plays in ``agent``'s seat, one instance per seat and episode
+drawn from the episode seed, so a scripted opponent can stand in for an agent in self pairing;
 ``action_classes()``: the five move names (``action_class`` reads the move of a well-formed
-action, whether or not this match uses five moves); ``opponent_slots(agent)``: ``("opponent",)``,
-the one side it plays, scripted or an agent, whose move of the last round ``opponent_actions``
-gives (``None`` for a forfeit); ``episode_stats(agent)``: rounds won, lost
+action, whether or not this match uses five moves); ``opponent_slots(agent)``: the one side it plays, ``("opponent",)``
+for a scripted opponent or the other agent's id in self pairing, whose move of the last round
+``opponent_actions`` gives (``None`` for a forfeit); ``episode_stats(agent)``: rounds won, lost
 and drawn so far, and once the match is over ``match_won/<style>`` (1 won, 0 not; ``agent`` for a
 learning opponent): averaged, the win rate against each style. ``turn_budget_visible`` is False: the match length is shown (the match's own end is a
 ``success``/``failure``), ``max_turns`` is not: set below the match length it is an outside cut the
@@ -182,6 +184,7 @@ class RepeatedGameEnv(TextScenario):
         self._sides: dict[str, _Side] = {}
         self._moves: tuple[str, ...] = MOVES3
         self._first_to: int | None = None
+        self._seated: dict[tuple[str, str], Style] = {}  # styles standing in for agents (scripted_action)
 
     # ----- hooks -----
     def _reset_scenario(self, episode_seed: int, split: str) -> dict[str, str]:
@@ -194,6 +197,7 @@ class RepeatedGameEnv(TextScenario):
         n = len(self.possible_agents)
         paired = n - n % 2 if self.opts.pairing == "self" else 0
         self._sides = {}
+        self._seated = {}
         for i, agent in enumerate(self.possible_agents):
             rng = np.random.default_rng([episode_seed, i, code, 1])
             opening = self._moves[int(rng.integers(len(self._moves)))]
@@ -294,6 +298,18 @@ class RepeatedGameEnv(TextScenario):
         """
         return json.dumps({"move": style.act(self._sides[agent].history)})
 
+    def scripted_action(self, agent: str, style: str) -> str:
+        if style == "expert":
+            return self.expert_action(agent)
+        if style not in STYLES:
+            raise ValueError(f"repeated_game has no style {style!r}; styles: expert, {', '.join(sorted(STYLES))}")
+        key = (agent, style)
+        if key not in self._seated:  # one instance per seat and episode, drawn from the episode seed
+            rng = np.random.default_rng([self.episode_seed or 0, self.possible_agents.index(agent), 2,
+                                         sorted(STYLES).index(style)])
+            self._seated[key] = make_style(style, rng, self._moves)
+        return self.style_action(agent, self._seated[key])
+
     def opponent_styles(self) -> OpponentStyles:
         return OpponentStyles(train=TRAIN_STYLES, held_out=HELDOUT_STYLES)
 
@@ -301,11 +317,13 @@ class RepeatedGameEnv(TextScenario):
         return MOVES5
 
     def opponent_slots(self, agent: str) -> tuple[str, ...]:
-        return ("opponent",)
+        i, n = self.possible_agents.index(agent), len(self.possible_agents)
+        paired = self.opts.pairing == "self" and i < n - n % 2
+        return (self.possible_agents[i ^ 1],) if paired else ("opponent",)
 
     def opponent_actions(self, agent: str) -> dict[str, str | None]:
         side = self._sides.get(agent)
-        return {"opponent": side.last_opponent if side is not None else None}
+        return {self.opponent_slots(agent)[0]: side.last_opponent if side is not None else None}
 
     def action_class(self, agent: str, action: object) -> str | None:
         return parse_move(action, MOVES5, self.max_action_length)[0]
