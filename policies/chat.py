@@ -79,17 +79,21 @@ class ChatFormat:
 
     def conversation(
         self, observations: Sequence[str], actions: Sequence[str | Sequence[int]],
-        trained: Sequence[bool] | None = None,
+        trained: Sequence[bool] | None = None, hints: Sequence[Sequence[int]] | None = None,
     ) -> Conversation:
         """A whole episode as one id list plus a 0/1 mask that is 1 on action tokens, and where actions start.
 
         `observations[i]` is the message before `actions[i]`; a trailing observation with no
         action after it is allowed (it is appended as a prompt, masked 0). An action given as text
         is encoded with `encode_action`; one given as ids (from a rollout) is used untouched.
-        `trained[i]` False masks action i out too (it stays in the context of later turns).
+        `trained[i]` False masks action i out too (it stays in the context of later turns). `hints[i]`
+        (ids, masked 0) go between the prompt and action i: what the agent was shown before acting (an
+        opponent model's prediction), so `action_starts` lie after them.
         """
         if trained is not None and len(trained) != len(actions):
             raise ValueError(f"got {len(trained)} trained flags for {len(actions)} actions")
+        if hints is not None and len(hints) != len(actions):
+            raise ValueError(f"got {len(hints)} hints for {len(actions)} actions")
         if len(observations) not in (len(actions), len(actions) + 1) or not observations:
             raise ValueError(
                 f"got {len(observations)} observations and {len(actions)} actions; a conversation needs "
@@ -103,6 +107,9 @@ class ChatFormat:
             input_ids += prompt
             mask += [0] * len(prompt)
             if turn < len(actions):
+                if hints is not None:
+                    input_ids += list(hints[turn])
+                    mask += [0] * len(hints[turn])
                 starts.append(len(input_ids))
                 action = actions[turn]
                 ids = self.encode_action(action) if isinstance(action, str) else list(action)

@@ -14,7 +14,9 @@ forward in `policies/scoring.py`; both names stay importable from here.
 Rows that finished leave the batch once a quarter of it is done (their cache is set aside and put
 back for the turn cache), so late forwards run on the rows still deciding.
 An opponent head (`policies/opponent_head.py`), when the engine attaches one as `opponent_head`, reads
-`span_logprobs(..., with_prompt_hidden=True)`. Left out: value heads, beam search, stop strings.
+`span_logprobs(..., with_prompt_hidden=True)`; one that `feeds_prompt` also predicts in `generate`, from
+the hidden state at each prompt's end, and its prediction's ids (`hint_text`) go after the prompt
+before the action is written (`Generation.hints`). Left out: value heads, beam search, stop strings.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
+from policies.opponent_head import hint_text
 from policies.outputs import Generation, SequenceScores
 from policies.scoring import score_spans
 from policies.turn_cache import (
@@ -185,9 +188,19 @@ class LLMPolicy:
         finished = [False] * n
         active = [True] * n
         fed = [0] * n  # generated tokens of each row already fed through the model (so in its KV cache)
+        hints: list[list[int]] = [[] for _ in range(n)]
         try:
-            last, cache, attention, positions = self._prefill(prompts, pre)
+            head = self.opponent_head
+            hinted = head is not None and bool(getattr(head, "feeds_prompt", False))
+            last, cache, attention, positions, hidden = self._prefill(prompts, pre, hidden=hinted)
             next_pos = positions[:, -1] + 1
+            if hinted:  # the head's prediction, read where the prompt ends, goes in front of the action
+                hints = self._hints(head, hidden)
+                feed, chunk_mask = left_padded(hints, self.pad_id, device)
+                attention = torch.cat([attention, chunk_mask.to(attention.dtype)], dim=1)
+                hint_positions = next_pos[:, None] + (chunk_mask.cumsum(-1) - 1).clamp_min(0)
+                next_pos = next_pos + chunk_mask.sum(-1)
+                last, cache, _ = self._forward(feed, attention, hint_positions, cache)
             live = list(range(n))  # the rows still in the batch, in cache order
             parked: list[tuple[list[int], Any]] = []  # rows taken out when they finished, with their cache
             can_park = rows_movable(cache)
@@ -230,42 +243,54 @@ class LLMPolicy:
                 next_pos = next_pos + chunk_mask.sum(-1)
                 for j, i in enumerate(live):
                     fed[i] += len(chunks[j])
-                last, cache = self._forward(feed, attention, positions, cache)
+                last, cache, _ = self._forward(feed, attention, positions, cache)
         finally:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
             if parked:
                 attention = put_rows_back(cache, [*parked, (live, take_rows(cache, attention, range(len(live))))])
-            turn_cache.keep(keys, cache, attention, [list(p) + ids[:k] for p, ids, k in
-                                                     zip(prompts, token_ids, fed, strict=True)])
+            turn_cache.keep(keys, cache, attention, [list(p) + h + ids[:k] for p, h, ids, k in
+                                                     zip(prompts, hints, token_ids, fed, strict=True)])
 
         texts = [self.chat.decode_action([t for t in ids if t != self.end_id]) for ids in token_ids]
-        return Generation(token_ids, logprobs, texts, allowed, finished, lengths)
+        return Generation(token_ids, logprobs, texts, allowed, finished, lengths, hints)
 
-    def _forward(self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
-                 ) -> tuple[torch.Tensor, Any]:
-        """One cached forward: the logits at each row's last column, and the cache after it."""
+    def _hints(self, head: Any, hidden: torch.Tensor) -> list[list[int]]:
+        """Each row's prediction as prompt ids (`hint_text` of the argmax class of every slot)."""
+        predicted = head(hidden).argmax(-1).tolist()
+        memo: dict[tuple[int, ...], list[int]] = {}
+        return [list(memo.setdefault(tuple(row), self.chat.encode_text(hint_text(head.classes, row))))
+                for row in predicted]
+
+    def _forward(self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any,
+                 hidden: bool = False) -> tuple[torch.Tensor, Any, torch.Tensor | None]:
+        """One cached forward: the logits at each row's last column, the cache after it and, when asked,
+        the last hidden state there."""
         kwargs: dict = {"logits_to_keep": 1} if self._has_logits_to_keep else {}
         if cache is not None:
             kwargs[self._cache_kwarg] = cache
-        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **kwargs)
-        return out.logits[:, -1, :], (out.cache if hasattr(out, "cache") else out.past_key_values)
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                         output_hidden_states=hidden, **kwargs)
+        last_hidden = out.hidden_states[-1][:, -1, :] if hidden else None
+        return out.logits[:, -1, :], (out.cache if hasattr(out, "cache") else out.past_key_values), last_hidden
 
-    def _prefill(self, prompts: Sequence[Sequence[int]], pre: Prefill) -> tuple[torch.Tensor, Any, torch.Tensor,
-                                                                                torch.Tensor]:
-        """The first forward: (last logits, cache, attention, positions). A fresh prefill runs each distinct
-        prompt once (the rollouts of one task start alike) and copies its cache rows to every row that has it."""
+    def _prefill(self, prompts: Sequence[Sequence[int]], pre: Prefill, hidden: bool = False
+                 ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The first forward: (last logits, cache, attention, positions, last hidden state when asked). A fresh
+        prefill runs each distinct prompt once (the rollouts of one task start alike) and copies its cache rows
+        to every row that has it."""
         distinct: dict[tuple[int, ...], int] = {}
         index = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         if pre.cache is None and len(distinct) < len(prompts):
             once = fresh_prefill([list(k) for k in distinct], self.pad_id, pre.input_ids.device)
-            last, cache = self._forward(once.input_ids, once.attention, once.positions, None)
+            last, cache, state = self._forward(once.input_ids, once.attention, once.positions, None, hidden)
             if hasattr(cache, "batch_select_indices"):  # else: a cache that cannot copy rows reads every prompt
                 rows = torch.tensor(index, dtype=torch.long, device=last.device)
                 cache.batch_select_indices(rows)
-                return last[rows], cache, once.attention[rows], once.positions[rows]
-        last, cache = self._forward(pre.input_ids, pre.attention, pre.positions, pre.cache)
-        return last, cache, pre.attention, pre.positions
+                return (last[rows], cache, once.attention[rows], once.positions[rows],
+                        state[rows] if state is not None else None)
+        last, cache, state = self._forward(pre.input_ids, pre.attention, pre.positions, pre.cache, hidden)
+        return last, cache, pre.attention, pre.positions, state
 
     def _append(self, i: int, tok: int, logp: float, trie: TokenTrie | None, nodes: list[int],
                 token_ids: list[list[int]], logprobs: list[list[float]], allowed: list, finished: list[bool]) -> None:
@@ -317,6 +342,7 @@ class LLMPolicy:
         allowed: Sequence[Sequence[Sequence[Sequence[int]] | None]],
         with_router_logits: bool = False,
         with_prompt_hidden: bool = False,
+        hint_lengths: Sequence[Sequence[int]] | None = None,
     ) -> SequenceScores:
         """Score several generated spans per sequence in ONE forward of the whole sequence.
 
@@ -325,9 +351,10 @@ class LLMPolicy:
         logprobs without repeating the shared prefix. Rows of the result are the spans, in
         row-major order; `allowed[r][k]` is the allowed-id lists of span k of sequence r (None:
         free decoding). `with_prompt_hidden` adds each span's last prompt hidden state (`prompt_hidden`: an
-        opponent head's input).
+        opponent head's input), read `hint_lengths[r][k]` ids before the span where a prediction was shown
+        there (`Turn.hint_len`).
         """
         return score_spans(self.model, sequences, spans, allowed, free_mask=self.free_mask(self.device),
                            pad_id=self.pad_id, temperature=self.temperature,
                            with_router_logits=with_router_logits and self._has_router,
-                           with_prompt_hidden=with_prompt_hidden)
+                           with_prompt_hidden=with_prompt_hidden, hint_lengths=hint_lengths)

@@ -8,8 +8,16 @@ is `[slots, classes]` logits: one distribution per other agent the scenario lets
 what makes it work is the trunk learning to carry the history forward, which the cross-entropy
 trains through the head's gradient into the trunk.
 
-It leaves out the loss weighting and the labels (the engine's), and putting the prediction in
-front of the agent.
+With `feeds_prompt` the prediction is also put in front of the agent (`aux+input`): rendered as
+text (`hint_text`: each slot's predicted class name) right after the turn's prompt, before the
+action, so the policy reads it like any other token of its context. The head reads the hidden
+state before the hint (its own prediction cannot be its input), the policy acts after it. Text
+rather than hidden features: the prediction then lives in the token stream the learner already
+replays untouched, the tokenizer keeps class names whole (they are scenario entities), and a
+transcript shows what the agent was told; a feature added to the hidden state would need every
+forward (generation, scoring, the KV cache) to carry it.
+
+It leaves out the loss weighting and the labels (the engine's).
 """
 
 from __future__ import annotations
@@ -26,8 +34,9 @@ CONFIG = "opponent_head.json"
 class OpponentHead(torch.nn.Module):
     """Logits `[n, slots, classes]` from hidden states `[n, hidden]`."""
 
-    def __init__(self, hidden_size: int, slots: int, classes: tuple[str, ...]) -> None:
+    def __init__(self, hidden_size: int, slots: int, classes: tuple[str, ...], feeds_prompt: bool = False) -> None:
         super().__init__()
+        self.feeds_prompt = feeds_prompt
         if slots < 1 or len(classes) < 2:
             raise ValueError(f"an opponent head needs at least one slot and two classes, got {slots} and {classes}")
         self.slots = slots
@@ -43,7 +52,7 @@ class OpponentHead(torch.nn.Module):
         folder.mkdir(parents=True, exist_ok=True)
         torch.save(self.state_dict(), folder / WEIGHTS)
         (folder / CONFIG).write_text(json.dumps({"hidden_size": self.linear.in_features, "slots": self.slots,
-                                                 "classes": list(self.classes)}))
+                                                 "classes": list(self.classes), "feeds_prompt": self.feeds_prompt}))
 
     @classmethod
     def load(cls, folder: str | Path, device: torch.device | str = "cpu") -> OpponentHead | None:
@@ -52,9 +61,15 @@ class OpponentHead(torch.nn.Module):
         if not (folder / CONFIG).is_file():
             return None
         spec = json.loads((folder / CONFIG).read_text())
-        head = cls(int(spec["hidden_size"]), int(spec["slots"]), tuple(spec["classes"]))
+        head = cls(int(spec["hidden_size"]), int(spec["slots"]), tuple(spec["classes"]),
+                   bool(spec.get("feeds_prompt", False)))
         head.load_state_dict(torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True))
         return head.to(device)
+
+
+def hint_text(classes: tuple[str, ...], predicted: list[int]) -> str:
+    """What the agent is shown of a prediction: each slot's predicted class name, then a newline."""
+    return " ".join(classes[k] for k in predicted) + "\n"
 
 
 def opponent_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -24,6 +24,8 @@ class Generation:
     allowed: list[list[list[int]] | None]  # per token the allowed ids (shared lists: read only); None = free
     finished: list[bool]  # True when the sample emitted end_id within max_new_tokens
     num_prompt_tokens: list[int] = field(default_factory=list)
+    hints: list[list[int]] = field(default_factory=list)  # ids put after each prompt (an opponent head's
+    # prediction, `feeds_prompt`): part of the prompt the action answers; empty lists (or none) without
 
     @property
     def num_new_tokens(self) -> list[int]:

@@ -34,12 +34,14 @@ def score_spans(
     temperature: float,
     with_router_logits: bool = False,
     with_prompt_hidden: bool = False,
+    hint_lengths: Sequence[Sequence[int]] | None = None,
 ) -> SequenceScores:
     """Score the spans of `sequences` in one forward of `model` (see `LLMPolicy.span_logprobs`).
 
     `free_mask` is free decoding's bool [vocab] mask, on the model's device; `with_router_logits`
     asks the model for router logits, so pass it only for models that have a router;
-    `with_prompt_hidden` also returns the last hidden state at the end of each span's prompt.
+    `with_prompt_hidden` also returns the last hidden state at the end of each span's prompt, before the
+    `hint_lengths[r][k]` ids of a prediction shown there (an opponent head reads where its prompt ended).
     """
     if not (len(sequences) == len(spans) == len(allowed)):
         raise ValueError("sequences, spans and allowed must have one entry per sequence")
@@ -71,7 +73,11 @@ def score_spans(
             kept.append(None if ids_per_tok is None else ids_per_tok[j])
         decision_spans.append(kept)
     # The prompt's last token (the assistant marker) is where the agent has read all it will act on.
-    prompt_ends = ([r for r, _, _, _ in flat_span], [start - 1 for _, start, _, _ in flat_span])
+    hints = [h for row in hint_lengths for h in row] if hint_lengths is not None else [0] * len(flat_span)
+    if len(hints) != len(flat_span):
+        raise ValueError(f"hint_lengths has {len(hints)} entries for {len(flat_span)} spans: one per span")
+    prompt_ends = ([r for r, _, _, _ in flat_span],
+                   [start - 1 - h for (_, start, _, _), h in zip(flat_span, hints, strict=True)])
     fwd = decision_logits(model, sequences, rows, cols, shared_until=[row[0][0] - 1 if row else 0 for row in spans],
                           pad_id=pad_id, device=device, with_router_logits=with_router_logits,
                           hidden_at=prompt_ends if with_prompt_hidden else None)

@@ -26,8 +26,9 @@ StateView = Literal["global", "own_last", "own_team", "with_own", "own_and_state
 """What a centralized critic reads (see `marl.engine.critic`)."""
 CommsMode = Literal["observation", "message", "both"]
 """What travels between graph neighbours."""
-OpponentModel = Literal["off", "aux"]
-"""`off`, or `aux`: an opponent-model head trained by cross-entropy beside the policy (an auxiliary loss)."""
+OpponentModel = Literal["off", "aux", "aux+input"]
+"""`off`; `aux`: an opponent-model head trained by cross-entropy beside the policy (an auxiliary loss);
+`aux+input`: that head, whose prediction is also shown to the agent before it acts."""
 PoolSampling = Literal["off", "uniform", "pfsp"]
 """No opponent pool, or one whose entries are drawn uniformly or by prioritized fictitious self-play."""
 EvalPolicy = Literal["checkpoint", "expert", "random", "untrained"]

@@ -212,16 +212,19 @@ class OpponentModelConfig(SelfChecking):
     """Opponent modeling: each agent predicts the next action class of the others it faces, from its own history."""
 
     mode: OpponentModel = "off"
-    """`off`, or `aux`: a head on the policy's last hidden state predicts each opponent's next action class, trained by cross-entropy on what they played (from the first SFT step and through RL)."""
+    """`off`; `aux`: a head on the policy's last hidden state predicts each opponent's next action class, trained by cross-entropy on what they played (from the first SFT step and through RL); `aux+input`: the same head, whose prediction (each opponent's predicted class, as text) goes into the agent's prompt before it acts."""
     coef: float = 1.0
     """Weight of the opponent-model cross-entropy in the SFT and RL losses."""
     final_coef: float | None = None
     """Weight at the last RL iteration, reached linearly from `coef` (None: constant)."""
+    hint_noise: float = 0.2
+    """`aux+input`: share of demonstration steps that show a random class instead of what the opponent really played (the head's prediction will not always be right either)."""
 
     def validate(self) -> OpponentModelConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
         one_of("opponent.mode", self.mode, options(OpponentModel))
         finite_non_negative("opponent.coef", self.coef)
+        within("opponent.hint_noise", self.hint_noise, 0.0, 1.0)
         if self.final_coef is not None:
             finite_non_negative("opponent.final_coef", self.final_coef)
         require(self.mode == "off" or self.coef > 0 or (self.final_coef or 0) > 0,

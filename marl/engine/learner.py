@@ -48,7 +48,7 @@ from marl.engine.losses import (
     sequence_clip_loss,
     value_loss,
 )
-from marl.engine.opponent import label_tensor, labelled
+from marl.engine.opponent import hint_lengths, label_tensor, labelled
 from marl.engine.rollout import RolloutBatch
 from marl.engine.sequences import (
     EpisodeSequence,
@@ -245,7 +245,7 @@ class Learner:
         turns = [t for p in pieces for t in p.turns]
         turn_ids = [i for p in pieces for i in p.turn_ids]
         scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0,
-                                           with_prompt_hidden=totals["opponent"] > 0)
+                                           with_prompt_hidden=totals["opponent"] > 0, hint_lengths=hint_lengths(pieces))
         with torch.no_grad():
             ref = self.reference.span_logprobs(sequences, spans, allowed)
         width, device = scores.logprobs.shape[1], scores.logprobs.device

@@ -8,7 +8,8 @@ the SFT loop add the summed cross-entropy as the `opponent` loss term; this modu
 head, turns turns into label tensors, and measures accuracy by round (`ROUND_BUCKETS`), which is
 where modeling shows: early rounds have little history to read.
 
-It leaves out the loss weighting inside a step (the learner's and the SFT loop's) and opponent pools.
+It leaves out the loss weighting inside a step (the learner's and the SFT loop's) and opponent pools
+(`opponent_pool.py`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from marl.engine.rollout import RolloutBatch, Turn
 from marl.engine.sequences import episode_sequence
-from policies.opponent_head import OpponentHead, opponent_loss
+from policies.opponent_head import OpponentHead, hint_text, opponent_loss
 
 ROUND_BUCKETS: tuple[tuple[str, int, int], ...] = (("1-5", 1, 5), ("6-10", 6, 10), ("11+", 11, 10**9))
 """Accuracy is also reported per bucket of rounds (1-based turn of the agent's episode)."""
@@ -37,6 +39,30 @@ def build_head(model: Any, env: Any, seed: int = 0) -> OpponentHead:
         torch.manual_seed(seed)
         head = OpponentHead(int(model.config.hidden_size), slots, classes)
     return head.to(model.device)
+
+
+class DemoHints:
+    """The predictions a demonstration shows before each action (`aux+input`): the class each slot really
+    plays in that step, replaced with probability `noise` (and where it played none) by a uniformly random
+    class, so the policy learns to act on a prediction that is usually right, as the head's will be."""
+
+    def __init__(self, classes: Sequence[str], slots: int, noise: float, seed: int) -> None:
+        self.classes, self.slots, self.noise = tuple(classes), slots, noise
+        self.rng = np.random.default_rng([seed, 0x41A7])
+
+    def ids(self, chat: Any, labels: Sequence[int]) -> list[int]:
+        """The ids of one step's shown prediction, given its labels (`Turn.opponent`)."""
+        shown = []
+        for k in range(self.slots):
+            true = labels[k] if k < len(labels) else -1
+            random_class = int(self.rng.integers(len(self.classes)))
+            shown.append(true if true >= 0 and self.rng.random() >= self.noise else random_class)
+        return chat.encode_text(hint_text(self.classes, shown))
+
+
+def hint_lengths(pieces: Sequence[Any]) -> list[list[int]]:
+    """Per episode sequence, per turn, the ids of a shown prediction before its action (`Turn.hint_len`)."""
+    return [[t.hint_len for t in p.turns] for p in pieces]
 
 
 def label_tensor(turns: Sequence[Turn], slots: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -79,7 +105,8 @@ def prediction_metrics(policies: Any, batch: RolloutBatch, prefix: str = "oppone
         for chunk in _chunks(batch, episodes, max_tokens):
             pieces = [episode_sequence(batch, e) for e in chunk]
             scores = policy.span_logprobs([p.sequence for p in pieces], [p.spans for p in pieces],
-                                          [[t.allowed for t in p.turns] for p in pieces], with_prompt_hidden=True)
+                                          [[t.allowed for t in p.turns] for p in pieces], with_prompt_hidden=True,
+                                          hint_lengths=hint_lengths(pieces))
             turns = [t for p in pieces for t in p.turns]
             index = [k for p in pieces for k in range(len(p.turns))]
             logits = head(scores.prompt_hidden)

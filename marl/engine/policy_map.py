@@ -91,6 +91,7 @@ class PolicyMap:
         allowed: list[Any] = [None] * n
         finished: list[Any] = [None] * n
         prompt_tokens: list[Any] = [0] * n
+        hints: list[list[int]] = [[] for _ in range(n)]
         for k, (pid, policy) in enumerate(self.policies.items()):
             rows = [r for r in range(n) if owners[r] == pid]
             if not rows:
@@ -107,7 +108,9 @@ class PolicyMap:
                 allowed[r], finished[r] = gen.allowed[k], gen.finished[k]
                 if gen.num_prompt_tokens:
                     prompt_tokens[r] = gen.num_prompt_tokens[k]
-        return Generation(token_ids, logprobs, texts, allowed, finished, prompt_tokens)
+                if gen.hints:
+                    hints[r] = gen.hints[k]
+        return Generation(token_ids, logprobs, texts, allowed, finished, prompt_tokens, hints)
 
 
 def single(policy: Any) -> PolicyMap:

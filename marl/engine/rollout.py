@@ -66,6 +66,9 @@ class Turn:
     opponent: tuple[int, ...] = ()
     """What each of the scenario's `opponent_slots(agent)` played in this step, as an index into its
     `action_classes()` (-1: no valid action): an opponent model's labels; empty without slots."""
+    hint_len: int = 0
+    """How many of `prompt_ids`' last ids are the opponent head's prediction shown to the agent (`aux+input`):
+    the head read the hidden state before them."""
 
 
 @dataclass
@@ -270,6 +273,9 @@ class RolloutWorker:
                     ep.turns.append(len(turns))
                     ep.opponent.append(opponent_labels(envs[i], agent))
                     by_llm = gen is not None and row is not None
+                    hint = list(gen.hints[row]) if by_llm and gen.hints else []
+                    if hint:  # the prediction the agent was shown is part of the prompt its action answers
+                        context[key] = context[key] + hint
                     turns.append(Turn(
                         episode=slot[key],
                         prompt_ids=list(context[key]) if by_llm else [],
@@ -280,6 +286,7 @@ class RolloutWorker:
                         invalid=bool(info.get("invalid_action", False)),
                         state=state,
                         opponent=ep.opponent[-1],
+                        hint_len=len(hint),
                     ))
                     done = terms.get(agent, False) or truncs.get(agent, False)
                     if done:

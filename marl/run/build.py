@@ -141,6 +141,14 @@ def frozen_reference(policy: LLMPolicy) -> LLMPolicy:
     return same_policy(policy, reference_model)
 
 
+def frozen_snapshot(policy: LLMPolicy) -> LLMPolicy:
+    """A frozen copy of `policy` that acts as it does now, its opponent head included (an opponent pool's entry)."""
+    snapshot = frozen_reference(policy)
+    if policy.opponent_head is not None:
+        snapshot.opponent_head = copy.deepcopy(policy.opponent_head).eval().requires_grad_(False)
+    return snapshot
+
+
 def build_policy_map(mapping: str, scenario: str, policy: LLMPolicy, make_env: EnvFactory) -> PolicyMap:
     """The policies of a policy mapping: the (warm-started) policy, copied once per further id."""
     if mapping == "shared":
@@ -155,11 +163,13 @@ def build_policy_map(mapping: str, scenario: str, policy: LLMPolicy, make_env: E
 
 def attach_opponent_head(cfg: TrainConfig, policy: LLMPolicy, make_env: EnvFactory) -> None:
     """Give `policy` the opponent head `cfg.opponent` asks for: the one saved beside a checkpoint it
-    starts from (when it has one), else a fresh one for the scenario's slots and classes."""
+    starts from (when it has one), else a fresh one for the scenario's slots and classes; under
+    `aux+input` its prediction is shown to the agent (`feeds_prompt`)."""
     if cfg.opponent.mode == "off":
         return
     head = OpponentHead.load(cfg.policy.model, policy.device) if Path(cfg.policy.model).is_dir() else None
     policy.opponent_head = head if head is not None else build_head(policy.model, make_env(), seed=cfg.seed)
+    policy.opponent_head.feeds_prompt = cfg.opponent.mode == "aux+input"  # the config decides, not the checkpoint
 
 
 def build_critic(cfg: TrainConfig, policy: LLMPolicy, chat: ChatFormat, seed: int) -> Critic | None:

@@ -19,7 +19,7 @@ from marl.config import TrainConfig
 from marl.engine.opponent_pool import OpponentPool, seating
 from marl.engine.policy_map import PolicyMap
 from marl.engine.rollout import STYLE_PREFIX, RolloutBatch, RolloutWorker
-from marl.run.build import frozen_reference
+from marl.run.build import frozen_snapshot
 
 
 class PoolRun:
@@ -73,7 +73,7 @@ class PoolRun:
         """A snapshot of every learning policy every `snapshot_every` iterations."""
         every = self.cfg.snapshot_every
         if every and iteration % every == 0:
-            self.pool.add_snapshot({pid: frozen_reference(p) for pid, p in self.learning.policies.items()}, iteration)
+            self.pool.add_snapshot({pid: frozen_snapshot(p) for pid, p in self.learning.policies.items()}, iteration)
 
     def metrics(self) -> dict[str, float]:
         return self.pool.metrics()

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from marl.config import WarmStartConfig
+from marl.engine.opponent import DemoHints
 from marl.engine.rollout import Episode, RolloutWorker, expert_actor
 from marl.engine.sequences import demonstration_batch
 from policies.opponent_head import opponent_loss
@@ -68,21 +69,25 @@ def demonstration_episodes(worker: RolloutWorker, seeds: list[int], batch: int =
     return episodes
 
 
-def conversations(chat: Any, episodes: list[Episode]) -> dict[str, list[Any]]:
+def conversations(chat: Any, episodes: list[Episode], hints: DemoHints | None = None) -> dict[str, list[Any]]:
     """Pre-tokenized SFT columns from episode transcripts; perturbations are masked out of the loss,
     and an episode with no expert action left is dropped. `prompt_ends` and `opponent` hold, per
     action, the index of its prompt's last id and the opponent model's labels of that step (every
-    action's, perturbations too: what the others played does not depend on who chose ours)."""
+    action's, perturbations too: what the others played does not depend on who chose ours). With
+    `hints` (`aux+input`), each action follows a shown prediction of that step, which the prompt end
+    precedes (the head reads before it, as in a rollout)."""
     input_ids, masks, ends, labels = [], [], [], []
     for ep in filter(imitable, episodes):
         observations = [text for role, text in ep.transcript if role == "observation"]
         actions = [text for role, text in ep.transcript if role == "action"]
         trained = [not isinstance(a, Perturbation) for a in actions]
-        conv = chat.conversation(observations, actions, trained=trained)
+        steps = list(ep.opponent) if len(ep.opponent) == len(actions) else [()] * len(actions)
+        shown = [hints.ids(chat, step) for step in steps] if hints is not None else None
+        conv = chat.conversation(observations, actions, trained=trained, hints=shown)
         input_ids.append(list(conv.input_ids))
         masks.append([int(m) for m in conv.mask])
-        ends.append([start - 1 for start in conv.action_starts])
-        labels.append(list(ep.opponent) if len(ep.opponent) == len(actions) else [()] * len(actions))
+        ends.append([start - 1 - (len(shown[k]) if shown else 0) for k, start in enumerate(conv.action_starts)])
+        labels.append(steps)
     return {"input_ids": input_ids, "assistant_masks": masks, "prompt_ends": ends, "opponent": labels}
 
 

@@ -23,7 +23,7 @@ from marl.config.files import flatten
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
 from marl.engine.learner import Learner
-from marl.engine.opponent import prediction_metrics
+from marl.engine.opponent import DemoHints, prediction_metrics
 from marl.engine.policy_map import PolicyMap, policy_id
 from marl.engine.rollout import RolloutWorker, summarize
 from marl.engine.sequences import subset
@@ -111,7 +111,8 @@ def train(cfg: TrainConfig) -> TrainResult:
         if cfg.iterations > 0 and cfg.rl.seconds > 0:
             if cfg.rl.ptx_coef > 0 and demos is None:
                 demos = demonstrations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes),
-                                                                    noise=cfg.sft.demo_noise, seed=cfg.seed))
+                                                                    noise=cfg.sft.demo_noise, seed=cfg.seed),
+                                       demo_hints(cfg, policy))
             last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         ids = list(policies.policies)
@@ -150,7 +151,7 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     t0 = time.perf_counter()
     episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes), noise=cfg.sft.demo_noise,
                                       seed=cfg.seed)
-    columns = demonstrations(chat, episodes)
+    columns = demonstrations(chat, episodes, demo_hints(cfg, policy))
     bar = tqdm(total=int(cfg.sft.seconds), desc="sft (s)", unit="s", leave=False)
 
     def progress(elapsed: float) -> None:
@@ -170,9 +171,17 @@ def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any,
     return columns
 
 
-def demonstrations(chat: Any, episodes: list[Any]) -> dict[str, list[Any]]:
+def demonstrations(chat: Any, episodes: list[Any], hints: DemoHints | None = None) -> dict[str, list[Any]]:
     """SFT columns of expert episodes plus the agent of each (PPO-ptx gives each policy its own agents')."""
-    return {**conversations(chat, episodes), "agents": [ep.agent for ep in episodes if imitable(ep)]}
+    return {**conversations(chat, episodes, hints), "agents": [ep.agent for ep in episodes if imitable(ep)]}
+
+
+def demo_hints(cfg: TrainConfig, policy: Any) -> DemoHints | None:
+    """The predictions demonstrations show under `aux+input` (None otherwise)."""
+    head = policy.opponent_head
+    if head is None or not head.feeds_prompt:
+        return None
+    return DemoHints(head.classes, head.slots, cfg.opponent.hint_noise, cfg.seed)
 
 
 def demos_for(demos: dict[str, list[Any]] | None, owner: dict[str, str], pid: str) -> dict[str, list[Any]] | None:
