@@ -3,7 +3,8 @@
 For each style (training, held-out and probe styles; option `styles` of the scenario), plays
 `--episodes` evaluation seeds of `--split` with the checkpoint in every seat, greedy by default, and
 prints one row per style: the policy's match win rate, its mean round result (+1 won, -1 lost, 0
-drawn), and, with an opponent head, its prediction accuracy. The exploitability estimate is the
+drawn), its share of rounds won from round 11 on (where the history is long enough to read; 20-round
+matches), and, with an opponent head, its prediction accuracy (overall and by round bucket). The exploitability estimate is the
 best of the deterministic styles' mean round result against the policy (the negative of the
 policy's worst): a lower bound on what a best response gains per round, since the styles are only
 a family of deterministic response rules, not every one. Against `uniform` (a random move every
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from marl.engine.opponent import prediction_metrics
@@ -26,6 +28,23 @@ from marl.run.evaluate import evaluate
 from scenarios.repeated_game.styles import HELDOUT_STYLES, PROBE_STYLES, STYLES, TRAIN_STYLES
 
 NOISY = {name for name, cls in STYLES.items() if {"uniform_noise", "uniform_random"} & cls.rules}
+ROUND = re.compile(r"round (\d+): you \w+, opp \w+: (won|lost|drew)|round (\d+) forfeited \(opp (\w+)\)")
+
+
+def late_round_win_rate(batch: Any, first: int = 11) -> float | None:
+    """Share of rounds numbered `first` or later that the policy won, read from its transcripts (a forfeit
+    is a loss, or a draw when both sides forfeited); None when no match lasted that long."""
+    won = played = 0
+    for ep in batch.episodes:
+        for role, text in ep.transcript:
+            m = ROUND.search(text) if role == "observation" else None
+            if m is None:
+                continue
+            number = int(m.group(1) or m.group(3))
+            if number >= first:
+                played += 1
+                won += m.group(2) == "won"
+    return won / played if played else None
 
 
 def style_row(policy: Any, chat: Any, style: str, args: argparse.Namespace, options: dict) -> dict[str, Any]:
@@ -39,6 +58,9 @@ def style_row(policy: Any, chat: Any, style: str, args: argparse.Namespace, opti
     row = {"style": style, "set": "train" if style in TRAIN_STYLES else "heldout" if style in HELDOUT_STYLES
            else "probe", "win_rate": figures[f"stats/match_won/{style}"],
            "round_result": (figures["stats/rounds_won"] - figures["stats/rounds_lost"]) / max(rounds, 1e-9)}
+    late = late_round_win_rate(batch)
+    if late is not None:
+        row["round_win_rate/rounds_11+"] = late
     if policy is not None:
         row.update({k.split("/", 1)[1]: v for k, v in prediction_metrics(policy, batch).items()})
     return row
@@ -54,6 +76,7 @@ def main() -> None:
     parser.add_argument("--skip-seeds", type=int, default=0)
     parser.add_argument("--sampled", action="store_true", help="sample at the policy temperature (default greedy)")
     parser.add_argument("--styles", nargs="+", default=None, help="default: every style")
+    parser.add_argument("--rounds", type=int, default=None, help="match length (default: the checkpoint's)")
     args = parser.parse_args()
     policy = chat = None
     options: dict = {}
@@ -62,6 +85,8 @@ def main() -> None:
             parser.error("--checkpoint is needed unless --policy expert")
         policy, chat, meta = load_policy(args.checkpoint, device="cpu")
         options = {k: v for k, v in meta.scenario_options.items() if k != "styles"}
+    if args.rounds is not None:
+        options["rounds"] = args.rounds
     rows = [style_row(policy, chat, s, args, options) for s in args.styles or [*TRAIN_STYLES, *HELDOUT_STYLES,
                                                                                 *PROBE_STYLES]]
     deterministic = [r for r in rows if r["style"] not in NOISY]
@@ -72,12 +97,20 @@ def main() -> None:
         chosen = [r for r in rows if r["set"] == subset]
         if chosen:
             summary[f"{subset}_win_rate"] = sum(r["win_rate"] for r in chosen) / len(chosen)
-    print("| style | set | win rate | round result | prediction accuracy (rounds 6-10) |")
-    print("|---|---|---|---|---|")
+            for key in ("round_win_rate/rounds_11+", "accuracy/rounds_11+", "round_result"):
+                values = [r[key] for r in chosen if key in r]
+                if values:
+                    summary[f"{subset}_{key}"] = sum(values) / len(values)
+
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    print("| style | set | win rate | round result | rounds 11+ won | accuracy (6-10) | accuracy (11+) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        acc = r.get("accuracy/rounds_6-10")
         print(f"| {r['style']} | {r['set']} | {r['win_rate']:.2f} | {r['round_result']:+.3f} | "
-              f"{'-' if acc is None else f'{acc:.2f}'} |")
+              f"{cell(r.get('round_win_rate/rounds_11+'))} | {cell(r.get('accuracy/rounds_6-10'))} | "
+              f"{cell(r.get('accuracy/rounds_11+'))} |")
     print(json.dumps({"rows": rows, **summary}))
 
 
