@@ -181,3 +181,17 @@ def test_a_run_against_a_pool_logs_it_grows_it_and_measures_against_it(tmp_path)
     saved = json.loads((result.checkpoint / "pool" / "pool.json").read_text())
     assert [e["name"] for e in saved["entries"]][-2:] == ["snapshot:2", "snapshot:3"]
     assert sum(e["games"] for e in saved["entries"]) == 3 * cfg.rl.tasks_per_iteration
+
+
+def test_a_team_mapping_seats_each_teams_own_snapshot(tmp_path):
+    cfg = tiny(tmp_path, scenario="predator_prey", agents=4, policy_mapping="team")
+    cfg.iterations = 2
+    cfg.pool = OpponentPoolConfig(sampling="uniform", snapshot_every=1, eval_episodes=2)
+    result = train(cfg)
+    saved = result.checkpoint / "pool"
+    teams = sorted(d.name for d in (saved / "snapshot_2").iterdir())
+    assert teams == ["team_predator", "team_prey"]
+    names = [e["name"] for e in json.loads((saved / "pool.json").read_text())["entries"]]
+    assert names == ["style:expert", "snapshot:1", "snapshot:2"]  # no styles in predator_prey: its expert
+    metrics = MlflowClient(result.tracking_uri).get_run(result.run_id).data.metrics
+    assert {"eval/pool/style:expert/win_rate", "eval/pool/snapshot:2/win_rate", "opponent/pool_size"} <= set(metrics)
