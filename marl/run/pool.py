@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from marl.config import TrainConfig
-from marl.engine.opponent_pool import OpponentPool, seating
+from marl.engine.opponent_pool import SNAPSHOT_PREFIX, OpponentPool, seating
 from marl.engine.policy_map import PolicyMap
 from marl.engine.rollout import STYLE_PREFIX, RolloutBatch, RolloutWorker
 from marl.run.build import frozen_snapshot
@@ -81,7 +81,8 @@ class PoolRun:
     def evaluate(self, worker: RolloutWorker, seeds: list[int]) -> dict[str, float]:
         """Greedy win rate and return of the learner against every entry and every held-out style, each on
         `seeds` (the learner's side alternating by seed): `eval/pool/<entry>/...`, `eval/pool/win_rate`
-        (the mean over entries), `eval/heldout/style/<style>/...` and `eval/heldout/win_rate`."""
+        (the mean over entries; over scripted ones and over snapshots: `eval/pool/styles/win_rate`,
+        `eval/pool/snapshots/win_rate`), `eval/heldout/style/<style>/...` and `eval/heldout/win_rate`."""
         out: dict[str, float] = {}
         for prefix, names in (("eval/pool", self.pool.names),
                               ("eval/heldout", [STYLE_PREFIX + s for s in self.held_out])):
@@ -96,4 +97,8 @@ class PoolRun:
                 rates.append(rate)
             if rates:
                 out[f"{prefix}/win_rate"] = float(np.mean(rates))
+        for group, keep in (("styles", STYLE_PREFIX), ("snapshots", SNAPSHOT_PREFIX)):
+            rates = [out[f"eval/pool/{n}/win_rate"] for n in self.pool.names if n.startswith(keep)]
+            if rates:
+                out[f"eval/pool/{group}/win_rate"] = float(np.mean(rates))
         return out

@@ -178,6 +178,8 @@ def test_a_run_against_a_pool_logs_it_grows_it_and_measures_against_it(tmp_path)
     assert 0.0 <= metrics["eval/pool/win_rate"] <= 1.0 and 0.0 <= metrics["eval/heldout/win_rate"] <= 1.0
     assert {f"eval/heldout/style/{s}/win_rate" for s in HELDOUT_STYLES} <= set(metrics)
     assert "eval/pool/snapshot:3/win_rate" in metrics and "eval/pool/snapshot:1/win_rate" not in metrics
+    snapshots = [metrics[f"eval/pool/snapshot:{k}/win_rate"] for k in (2, 3)]
+    assert metrics["eval/pool/snapshots/win_rate"] == pytest.approx(sum(snapshots) / 2)
     saved = json.loads((result.checkpoint / "pool" / "pool.json").read_text())
     assert [e["name"] for e in saved["entries"]][-2:] == ["snapshot:2", "snapshot:3"]
     assert sum(e["games"] for e in saved["entries"]) == 3 * cfg.rl.tasks_per_iteration
