@@ -60,7 +60,7 @@ def style_row(policy: Any, chat: Any, style: str, args: argparse.Namespace, opti
            "round_result": (figures["stats/rounds_won"] - figures["stats/rounds_lost"]) / max(rounds, 1e-9)}
     late = late_round_win_rate(batch)
     if late is not None:
-        row["round_win_rate/rounds_11+"] = late
+        row["round_win_rate/rounds_11_plus"] = late
     if policy is not None:
         row.update({k.split("/", 1)[1]: v for k, v in prediction_metrics(policy, batch).items()})
     return row
@@ -97,7 +97,7 @@ def main() -> None:
         chosen = [r for r in rows if r["set"] == subset]
         if chosen:
             summary[f"{subset}_win_rate"] = sum(r["win_rate"] for r in chosen) / len(chosen)
-            for key in ("round_win_rate/rounds_11+", "accuracy/rounds_11+", "round_result"):
+            for key in ("round_win_rate/rounds_11_plus", "accuracy/rounds_11_plus", "round_result"):
                 values = [r[key] for r in chosen if key in r]
                 if values:
                     summary[f"{subset}_{key}"] = sum(values) / len(values)
@@ -109,8 +109,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['style']} | {r['set']} | {r['win_rate']:.2f} | {r['round_result']:+.3f} | "
-              f"{cell(r.get('round_win_rate/rounds_11+'))} | {cell(r.get('accuracy/rounds_6-10'))} | "
-              f"{cell(r.get('accuracy/rounds_11+'))} |")
+              f"{cell(r.get('round_win_rate/rounds_11_plus'))} | {cell(r.get('accuracy/rounds_6-10'))} | "
+              f"{cell(r.get('accuracy/rounds_11_plus'))} |")
     print(json.dumps({"rows": rows, **summary}))
 
 

@@ -24,7 +24,7 @@ from marl.engine.rollout import RolloutBatch, Turn
 from marl.engine.sequences import episode_sequence
 from policies.opponent_head import OpponentHead, hint_text, opponent_loss
 
-ROUND_BUCKETS: tuple[tuple[str, int, int], ...] = (("1-5", 1, 5), ("6-10", 6, 10), ("11+", 11, 10**9))
+ROUND_BUCKETS: tuple[tuple[str, int, int], ...] = (("1-5", 1, 5), ("6-10", 6, 10), ("11_plus", 11, 10**9))
 """Accuracy is also reported per bucket of rounds (1-based turn of the agent's episode)."""
 
 

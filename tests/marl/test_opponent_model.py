@@ -106,7 +106,7 @@ def test_a_scenario_without_opponents_is_refused_with_a_message():
     anneal = OpponentModelConfig(mode="aux", coef=1.0, final_coef=0.0)
     assert [anneal.weight(i, 5) for i in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
     assert OpponentModelConfig(mode="aux", coef=0.3).weight(7, 10) == 0.3
-    assert [round_bucket(k) for k in (0, 4, 5, 9, 10, 30)] == ["1-5", "1-5", "6-10", "6-10", "11+", "11+"]
+    assert [round_bucket(k) for k in (0, 4, 5, 9, 10, 30)] == ["1-5", "1-5", "6-10", "6-10", "11_plus", "11_plus"]
 
 
 def test_prompt_hidden_is_the_last_hidden_state_where_each_prompt_ends(game):
