@@ -24,7 +24,7 @@ from marl.engine.policy_map import PolicyMap, single
 from scenarios.base import HARNESS_FAULTS  # endings that are never the agent's doing
 
 __all__ = ["HARNESS_FAULTS", "SCRIPTED", "STYLE_PREFIX", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor",
-           "summarize", "team_name", "turn_seed"]
+           "summarize", "task_groups", "team_name", "turn_seed"]
 
 
 def turn_seed(sample_seed: int | None, turn: int) -> int | None:
@@ -43,6 +43,12 @@ STYLE_PREFIX = "style:"
 def played_by_llm(pid: str) -> bool:
     """Whether an episode's policy id names a policy (not an `actor` or a scripted style)."""
     return pid != SCRIPTED and not pid.startswith(STYLE_PREFIX)
+
+
+def task_groups(task_seeds: Sequence[int], group_size: int) -> tuple[list[int], list[int]]:
+    """Each task seed repeated `group_size` times, and the group (task index) of each: `collect`'s seeds and groups."""
+    seeds = [int(s) for s in task_seeds for _ in range(group_size)]
+    return seeds, [k for k in range(len(task_seeds)) for _ in range(group_size)]
 
 
 def expert_actor(env: Any, agent: str) -> str:

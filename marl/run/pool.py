@@ -18,7 +18,7 @@ import numpy as np
 from marl.config import TrainConfig
 from marl.engine.opponent_pool import SNAPSHOT_PREFIX, OpponentPool, seating
 from marl.engine.policy_map import PolicyMap
-from marl.engine.rollout import STYLE_PREFIX, RolloutBatch, RolloutWorker
+from marl.engine.rollout import STYLE_PREFIX, RolloutBatch, RolloutWorker, task_groups
 from marl.run.build import frozen_snapshot
 
 
@@ -60,12 +60,10 @@ class PoolRun:
         """Task `k` (seed `task_seeds[k]`, `group_size` rollouts, group `k`) against `entries[k]`."""
         seats = [seating(self.probe, k, entries[k], self.learning.route)
                  for k in range(len(task_seeds)) for _ in range(group_size)]
-        seeds = [s for s in task_seeds for _ in range(group_size)]
-        groups = [k for k in range(len(task_seeds)) for _ in range(group_size)]
         learning = worker.policies
         worker.policies = self.seated_map()
         try:
-            return worker.collect(seeds, groups, seats=seats, **kwargs)
+            return worker.collect(*task_groups(task_seeds, group_size), seats=seats, **kwargs)
         finally:
             worker.policies = learning
 

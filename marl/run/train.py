@@ -25,7 +25,7 @@ from marl.engine.advantages import RunningBaseline
 from marl.engine.learner import Learner
 from marl.engine.opponent import DemoHints, prediction_metrics
 from marl.engine.policy_map import PolicyMap, policy_id
-from marl.engine.rollout import RolloutWorker, summarize
+from marl.engine.rollout import RolloutWorker, summarize, task_groups
 from marl.engine.sequences import subset
 from marl.run.build import (
     attach_opponent_head,
@@ -237,9 +237,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
         collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic)
         if pool is None:
-            seeds = [s for s in task_seeds for _ in range(cfg.rl.group_size)]
-            groups = [g for g in range(len(task_seeds)) for _ in range(cfg.rl.group_size)]
-            batch = worker.collect(seeds, groups, **collect)
+            batch = worker.collect(*task_groups(task_seeds, cfg.rl.group_size), **collect)
         else:
             batch = pool.collect(worker, task_seeds, cfg.rl.group_size, **collect)
         t0 = time.perf_counter()

@@ -3,7 +3,14 @@
 It lies beside the tests that import it: pytest puts this folder (it has no `__init__.py`) on the path.
 """
 
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+import scenarios
 from marl.config import TrainConfig
+from marl.run.build import build_policy
 
 
 def tiny(tmp_path, **fields) -> TrainConfig:
@@ -22,3 +29,14 @@ def tiny(tmp_path, **fields) -> TrainConfig:
     cfg.tracking.artifact_location = str(tmp_path / "mlruns")
     cfg.tracking.transcripts = 1
     return cfg
+
+
+def game_policy(folder, tokenizer_episodes: int = 100, split: str = "train", **options):
+    """repeated_game with two agents (`options`: the scenario's): its config, env factory, tokenizer and a
+    tiny CPU policy, seeded."""
+    cfg = TrainConfig(scenario="repeated_game", agents=2, seed=0, scenario_options=dict(options))
+    cfg.policy.tokenizer_episodes = tokenizer_episodes
+    cfg.policy.device = "cpu"
+    make_env = partial(scenarios.make, "repeated_game", n_agents=2, split=split, **options)
+    tokenizer, _, policy = build_policy(cfg, make_env, Path(folder), np.random.default_rng(0))
+    return cfg, make_env, tokenizer, policy

@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import partial
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from run_helpers import tiny
+from mlflow.tracking import MlflowClient
+from run_helpers import game_policy, tiny
 
 import scenarios
-from marl.config import OpponentModelConfig, TrainConfig
+from marl.config import OpponentModelConfig
 from marl.engine.opponent import DemoHints, build_head, prediction_metrics
 from marl.engine.rollout import RolloutWorker
 from marl.engine.sequences import episode_sequence
-from marl.run.build import build_policy, load_policy
+from marl.run.build import load_policy
 from marl.run.sft import conversations, demonstration_episodes
 from marl.run.train import train
 from policies.chat import ChatFormat
@@ -34,13 +32,8 @@ from policies.opponent_head import hint_text
 @pytest.fixture(scope="module")
 def hinted(tmp_path_factory):
     """repeated_game with two agents and a tiny policy whose head feeds its prompt."""
-    cfg = TrainConfig(scenario="repeated_game", agents=2, seed=0)
-    cfg.policy.tokenizer_episodes = 60
-    cfg.policy.device = "cpu"
-    make_env = partial(scenarios.make, "repeated_game", n_agents=2, split="train")
-    tokenizer, model, policy = build_policy(cfg, make_env, Path(tmp_path_factory.mktemp("runs")),
-                                            np.random.default_rng(0))
-    policy.opponent_head = build_head(model, make_env(), seed=3)
+    _, make_env, tokenizer, policy = game_policy(tmp_path_factory.mktemp("runs"), tokenizer_episodes=60)
+    policy.opponent_head = build_head(policy.model, make_env(), seed=3)
     policy.opponent_head.feeds_prompt = True
     return make_env, policy, ChatFormat(tokenizer)
 
@@ -109,8 +102,10 @@ def test_demonstrations_show_the_played_class_before_each_action(hinted):
 
 def test_a_run_with_input_checkpoints_a_head_that_eval_shows_the_same_way(tmp_path):
     cfg = tiny(tmp_path, scenario="repeated_game", agents=2, eval_splits=("heldout",),
-               opponent=OpponentModelConfig(mode="aux+input"))
+               opponent=OpponentModelConfig(mode="aux+input"), scenario_options={"rounds": 12})
     result = train(cfg)
+    metrics = MlflowClient(cfg.tracking.tracking_uri).get_run(result.run_id).data.metrics
+    assert 0.0 <= metrics["eval/heldout/opponent/accuracy/rounds_11_plus"] <= 1.0  # a name MLflow takes
     assert json.loads((result.checkpoint / "opponent_head.json").read_text())["feeds_prompt"] is True
     policy, chat, _ = load_policy(result.checkpoint, device="cpu")
     assert policy.opponent_head.feeds_prompt

@@ -14,13 +14,11 @@ import dataclasses
 import math
 import re
 from functools import partial
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
-from run_helpers import tiny
+from run_helpers import game_policy, tiny
 
 import scenarios
 from marl.config import ConfigError, OpponentModelConfig, TrainConfig
@@ -29,7 +27,7 @@ from marl.engine.learner import Learner
 from marl.engine.opponent import build_head, prediction_metrics, round_bucket
 from marl.engine.rollout import RolloutWorker
 from marl.engine.sequences import subset
-from marl.run.build import build_policy, frozen_reference, load_policy
+from marl.run.build import frozen_reference, load_policy
 from marl.run.sft import conversations, demo_opponent_targets, demonstration_episodes, run_sft
 from marl.run.train import train
 from policies.chat import ChatFormat
@@ -40,13 +38,8 @@ MOVE = re.compile(r"opp (\w+)")
 @pytest.fixture(scope="module")
 def game(tmp_path_factory):
     """repeated_game with two agents: the tokenizer, a tiny policy with a fresh head, the env factory."""
-    cfg = TrainConfig(scenario="repeated_game", agents=2, seed=0)
-    cfg.policy.tokenizer_episodes = 100
-    cfg.policy.device = "cpu"
-    make_env = partial(scenarios.make, "repeated_game", n_agents=2, split="train")
-    tokenizer, model, policy = build_policy(cfg, make_env, Path(tmp_path_factory.mktemp("runs")),
-                                            np.random.default_rng(0))
-    policy.opponent_head = build_head(model, make_env())
+    cfg, make_env, tokenizer, policy = game_policy(tmp_path_factory.mktemp("runs"))
+    policy.opponent_head = build_head(policy.model, make_env())
     return cfg, make_env, tokenizer, policy
 
 

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter, deque
-from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
-from run_helpers import tiny
+from run_helpers import game_policy, tiny
 
 import comms
 import scenarios
@@ -25,7 +23,6 @@ from marl.config import ConfigError, OpponentPoolConfig, TrainConfig
 from marl.engine.opponent_pool import OpponentPool, PoolEntry, seating, sides
 from marl.engine.policy_map import single
 from marl.engine.rollout import RolloutWorker
-from marl.run.build import build_policy
 from marl.run.pool import PoolRun
 from marl.run.train import train
 from policies.chat import ChatFormat
@@ -39,12 +36,8 @@ def _route(env, agent):
 @pytest.fixture(scope="module")
 def game(tmp_path_factory):
     """repeated_game, two agents playing each other: env factory, a tiny policy and its chat format."""
-    cfg = TrainConfig(scenario="repeated_game", agents=2, seed=0, scenario_options={"pairing": "self"})
-    cfg.policy.tokenizer_episodes = 60
-    cfg.policy.device = "cpu"
-    make_env = partial(scenarios.make, "repeated_game", n_agents=2, split="basic", pairing="self")
-    tokenizer, _, policy = build_policy(cfg, make_env, Path(tmp_path_factory.mktemp("runs")),
-                                        np.random.default_rng(0))
+    cfg, make_env, tokenizer, policy = game_policy(tmp_path_factory.mktemp("runs"), tokenizer_episodes=60,
+                                                   split="basic", pairing="self")
     return cfg, make_env, policy, ChatFormat(tokenizer)
 
 
