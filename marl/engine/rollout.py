@@ -8,7 +8,7 @@ and the learner sees exactly the ids the policy saw.
 
 What comes out is plain, serializable data (`Turn`, `Episode`): token ids, logprobs, the allowed
 token sets of constrained decoding, rewards and termination reasons. It leaves out advantages
-(`advantages.py`) and anything about the learner.
+(`advantages.py`), the batch's figures (`summary.py`) and anything about the learner.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from marl.engine.policy_map import PolicyMap, single
 from scenarios.base import HARNESS_FAULTS  # endings that are never the agent's doing
 
 __all__ = ["HARNESS_FAULTS", "SCRIPTED", "STYLE_PREFIX", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor",
-           "summarize", "task_groups", "team_name", "turn_seed"]
+           "task_groups", "team_name", "turn_seed"]
 
 
 def turn_seed(sample_seed: int | None, turn: int) -> int | None:
@@ -361,51 +361,3 @@ def opponent_labels(env: Any, agent: str) -> tuple[int, ...]:
 def team_name(env: Any, agent: str) -> str:
     """The scenario's declared `team_of(agent)`: the agent's team, "" where the scenario has no teams."""
     return str(env.team_of(agent))
-
-
-def outcome_rates(eps: Sequence[Episode], prefix: str) -> dict[str, float]:
-    """Success, return and truncation of a set of agent-episodes, under `prefix`."""
-    n = max(len(eps), 1)
-    return {
-        f"{prefix}/success_rate": sum(e.reason == "success" for e in eps) / n,
-        f"{prefix}/return_mean": float(np.mean([e.ret for e in eps])) if eps else 0.0,
-        f"{prefix}/truncation_rate": sum(e.reason == "max_turns" for e in eps) / n,
-    }
-
-
-def summarize(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:
-    """Rollout metrics under DESIGN.md's names.
-
-    Conventions: rates are over agent-episodes (success, truncation, harness faults) or over actions
-    (invalid actions); `return_mean` is the mean per-agent episode return; `agent/<id>/return` is that
-    agent's mean return over the batch. Where agents belong to several teams (predator_prey), the
-    mixed figures mean little, so each team's success, return and truncation (for prey: survival)
-    rates come too, as `<prefix>/team/<team>/...`. A scenario's own per-episode figures
-    (`episode_stats`) come as `<prefix>/stats/<name>`, the mean over the agent-episodes that report it.
-    """
-    eps = batch.episodes
-    n = max(len(eps), 1)
-    out = outcome_rates(eps, prefix)
-    # Beside a scripted team, the rate is the policy's own (the expert's turns carry no tokens and are valid).
-    acted = [t for t in batch.turns if t.action_ids] or batch.turns
-    out.update({
-        f"{prefix}/invalid_action_rate": sum(t.invalid for t in acted) / max(len(acted), 1),
-        f"{prefix}/harness_fault_rate": sum(e.reason in HARNESS_FAULTS for e in eps) / n,
-        f"{prefix}/turns_per_episode": len(batch.turns) / n,
-    })
-    for name in sorted({k for e in eps for k in e.stats}):  # a scenario's own per-episode figures
-        values = [e.stats[name] for e in eps if name in e.stats]
-        out[f"{prefix}/stats/{name}"] = float(np.mean(values))
-    teams = sorted({e.team for e in eps if e.team})
-    if len(teams) > 1:
-        for team in teams:
-            out.update(outcome_rates([e for e in eps if e.team == team], f"{prefix}/team/{team}"))
-    if prefix == "rollout":
-        by_agent: dict[str, list[float]] = {}
-        for e in eps:
-            by_agent.setdefault(e.agent, []).append(e.ret)
-        for agent, rets in sorted(by_agent.items()):
-            out[f"agent/{agent}/return"] = float(np.mean(rets))
-        out["perf/tokens_per_s"] = batch.generated_tokens / max(batch.generate_seconds, 1e-9)
-        out["perf/env_steps_per_s"] = batch.env_steps / max(batch.seconds, 1e-9)
-    return out

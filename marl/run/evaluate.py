@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from marl.engine.rollout import RolloutBatch, RolloutWorker, summarize
+from marl.engine.rollout import RolloutBatch, RolloutWorker
+from marl.engine.summary import summarize
 
 
 def evaluate(

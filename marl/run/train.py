@@ -25,8 +25,9 @@ from marl.engine.advantages import RunningBaseline
 from marl.engine.learner import Learner
 from marl.engine.opponent import DemoHints, prediction_metrics
 from marl.engine.policy_map import PolicyMap, policy_id
-from marl.engine.rollout import RolloutWorker, summarize, task_groups
+from marl.engine.rollout import RolloutWorker, task_groups
 from marl.engine.sequences import subset
+from marl.engine.summary import summarize
 from marl.run.build import (
     attach_opponent_head,
     build_critic,

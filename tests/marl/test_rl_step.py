@@ -20,8 +20,9 @@ from marl.config import TrainConfig
 from marl.engine.advantages import group_advantages, per_turn
 from marl.engine.errors import NonFiniteError
 from marl.engine.learner import Learner
-from marl.engine.rollout import RolloutWorker, summarize
+from marl.engine.rollout import RolloutWorker
 from marl.engine.sequences import episode_sequence
+from marl.engine.summary import summarize
 from marl.run.build import build_policy
 from marl.run.checkpoint import CheckpointError, CheckpointMeta, TokenizerInfo, read_meta, save_checkpoint
 from policies.chat import ChatFormat
