@@ -58,6 +58,10 @@ hard episodes in ``train``).
 **Capabilities.** ``action_classes()``: the five verbs (offer, accept, reject, wait, leave;
 ``action_class`` reads the verb of a well-formed action, valid in the agent's role or not);
 ``opponent_slots(agent)``: every other bargainer (whose verbs an opponent model predicts);
+``opponent_styles()``: scripted partner styles (``styles.py``: pushover, fair, tough, conceder,
+boulware; held out, sharing no rule with those: alternating, reciprocal, anchored) and
+``scripted_action(agent, style)``: the action a style (or ``"expert"``) takes in ``agent``'s seat now,
+one instance per seat and episode, so a scripted partner can stand in for an agent (an opponent pool's entries);
 ``episode_stats(agent)``: ``value`` (the normalized value the agent got: its share at a deal or
 its outside option, 0 without either) and ``offers`` (its offers that went on the table).
 ``turn_budget_visible`` is True: every observation ends with ``turn k of K`` (``K`` = ``max_turns``), so
@@ -90,7 +94,8 @@ from scenarios.bargaining.deals import (
     parse_offer,
 )
 from scenarios.bargaining.expert import acceptable, propose
-from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
+from scenarios.bargaining.styles import HELDOUT_STYLES, STYLES, TRAIN_STYLES, PartnerStyle, SeatView
+from scenarios.base import OpponentStyles, ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Part, Slot
 
 SPLITS = ("train", "basic", "hard")
@@ -143,6 +148,7 @@ class BargainingEnv(TextScenario):
         self._revealed: dict[int, Alloc] = {}  # each agent's latest offer, for the expert
         self._value: dict[int, float] = {}  # normalized value each agent got (deal share or outside option)
         self._offers: dict[int, int] = {}  # offers each agent put on the table
+        self._seated: dict[tuple[str, str], PartnerStyle] = {}  # scripted partners, one per seat and episode
 
     # ----- roles -----
     def _live(self) -> tuple[bool, ...]:
@@ -172,7 +178,7 @@ class BargainingEnv(TextScenario):
         self._pool = make_pool(rng, n, self._hard)
         self._proposer = int(rng.integers(n))
         self._left, self._table, self._steps, self._revealed = set(), None, 0, {}
-        self._value, self._offers = {}, {}
+        self._value, self._offers, self._seated = {}, {}, {}
         return {a: self._intro(i) for i, a in enumerate(self.possible_agents)}
 
     def _intro(self, i: int) -> str:
@@ -324,6 +330,20 @@ class BargainingEnv(TextScenario):
         if role == "respond":
             return json.dumps({"accept" if ok else "reject": ""})
         return json.dumps({"wait": ""})
+
+    def opponent_styles(self) -> OpponentStyles:
+        return OpponentStyles(train=TRAIN_STYLES, held_out=HELDOUT_STYLES)
+
+    def scripted_action(self, agent: str, style: str) -> str:
+        if style == "expert":
+            return self.expert_action(agent)
+        if style not in STYLES:
+            raise ValueError(f"bargaining has no partner style {style!r}; styles: expert, {', '.join(sorted(STYLES))}")
+        seat = self._seated.setdefault((agent, style), STYLES[style]())
+        i, table = int(agent.split("_")[1]), self._table
+        return seat.act(SeatView(self._pool, i, self._role(i), table.alloc if table else None,
+                                 table.maker if table else -1, min(1.0, self._steps / self.opts.max_turns),
+                                 self._live()))
 
     def action_grammar(self, agent: str) -> ActionGrammar:
         if agent not in self.agents or self._pool is None:
