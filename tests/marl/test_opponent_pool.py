@@ -26,6 +26,8 @@ from marl.engine.rollout import RolloutWorker
 from marl.run.pool import PoolRun
 from marl.run.train import train
 from policies.chat import ChatFormat
+from scenarios.bargaining.styles import HELDOUT_STYLES as BARGAINING_HELDOUT
+from scenarios.bargaining.styles import TRAIN_STYLES as BARGAINING_TRAIN
 from scenarios.repeated_game.styles import HELDOUT_STYLES, MOVES3, TRAIN_STYLES
 
 
@@ -190,3 +192,15 @@ def test_a_team_mapping_seats_each_teams_own_snapshot(tmp_path):
     assert names == ["style:expert", "snapshot:1", "snapshot:2"]  # no styles in predator_prey: its expert
     metrics = MlflowClient(result.tracking_uri).get_run(result.run_id).data.metrics
     assert {"eval/pool/style:expert/win_rate", "eval/pool/snapshot:2/win_rate", "opponent/pool_size"} <= set(metrics)
+
+
+@pytest.mark.slow
+def test_bargaining_trains_against_its_partner_styles_and_is_measured_against_the_held_out_ones(tmp_path):
+    cfg = tiny(tmp_path, scenario="bargaining", agents=2)
+    cfg.pool = OpponentPoolConfig(sampling="uniform", snapshot_every=5, eval_episodes=2)
+    result = train(cfg)
+    names = [e["name"] for e in json.loads((result.checkpoint / "pool" / "pool.json").read_text())["entries"]]
+    assert names == ["style:expert", *(f"style:{s}" for s in BARGAINING_TRAIN)]
+    metrics = MlflowClient(result.tracking_uri).get_run(result.run_id).data.metrics
+    assert {f"eval/heldout/style/{s}/win_rate" for s in BARGAINING_HELDOUT} <= set(metrics)  # deal rates
+    assert {f"eval/heldout/style/{s}/return_mean" for s in BARGAINING_HELDOUT} <= set(metrics)
