@@ -68,6 +68,8 @@ class PartnerStyle:
 
     name: ClassVar[str] = ""
     rules: ClassVar[frozenset[str]] = frozenset()
+    last_offer: Alloc | None = None
+    """The style's own latest offer in this episode (None before its first)."""
 
     def accepts(self, view: SeatView) -> bool:
         raise NotImplementedError
@@ -218,7 +220,6 @@ class Reciprocal(PartnerStyle):
     def __init__(self) -> None:
         self.received: Alloc | None = None
         self.received_from = -1
-        self.last_offer: Alloc | None = None
 
     def accepts(self, view: SeatView) -> bool:
         self.received, self.received_from = view.table, view.maker
