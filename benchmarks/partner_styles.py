@@ -21,60 +21,28 @@ from typing import Any
 import numpy as np
 
 from marl.engine.opponent import prediction_metrics
-from marl.engine.opponent_pool import seating, sides
-from marl.engine.rollout import STYLE_PREFIX, RolloutWorker
+from marl.engine.opponent_pool import seating
+from marl.engine.rollout import STYLE_PREFIX, RolloutWorker, expert_actor
 from marl.run.build import env_factory, load_policy
 
 
-def learner_side(env: Any, k: int) -> tuple[str, ...]:
-    all_sides = sides(env)
-    return all_sides[k % len(all_sides)]
-
-
-def policy_row(policy: Any, chat: Any, make_env: Any, seeds: list[int], style: str) -> dict[str, Any]:
-    """The checkpoint against `style` on `seeds`."""
-    probe = make_env()
+def style_row(worker: RolloutWorker, seeds: list[int], style: str) -> dict[str, Any]:
+    """The worker's policy (or its expert actor, with `worker.policies` None) against `style` on `seeds`."""
+    probe = worker.make_env()
     probe.reset(seed=0)
     seats = [seating(probe, k, STYLE_PREFIX + style, lambda env, agent: "") for k in range(len(seeds))]
-    batch = RolloutWorker(make_env, policy, chat).collect(seeds, greedy=True, sample_seed=0, seats=seats)
+    actor = expert_actor if worker.policies is None else None
+    batch = worker.collect(seeds, greedy=True, sample_seed=0, seats=seats, actor=actor)
     mine = [ep for ep in batch.episodes if not ep.policy.startswith(STYLE_PREFIX)]
-    row = figures(style, [ep.reason == "success" for ep in mine], [ep.ret for ep in mine],
-                  [ep.stats["value"] for ep in mine if "value" in ep.stats])
-    accuracy = prediction_metrics(policy, batch).get("opponent/accuracy")
-    if accuracy is not None:
-        row["accuracy"] = accuracy
-    return row
-
-
-def expert_row(make_env: Any, seeds: list[int], style: str) -> dict[str, Any]:
-    """The scripted expert in the checkpoint's seats against `style`, played without an LLM."""
-    env = make_env()
-    wins, returns, values = [], [], []
-    for k, seed in enumerate(seeds):
-        env.reset(seed=seed)
-        mine = learner_side(env, k)
-        ret = dict.fromkeys(mine, 0.0)
-        reasons: dict[str, str] = {}
-        while env.agents:
-            acts = {a: env.expert_action(a) if a in mine else env.scripted_action(a, style) for a in env.agents}
-            _, rewards, terms, truncs, infos = env.step(acts)
-            for a in mine:
-                ret[a] += float(rewards.get(a, 0.0))
-                if terms.get(a) or truncs.get(a):
-                    reasons[a] = infos[a].get("termination_reason", "")
-        for a in mine:
-            wins.append(reasons.get(a) == "success")
-            returns.append(ret[a])
-            stats = env.episode_stats(a)
-            if "value" in stats:
-                values.append(stats["value"])
-    return figures(style, wins, returns, values)
-
-
-def figures(style: str, wins: list[bool], returns: list[float], values: list[float]) -> dict[str, Any]:
-    row: dict[str, Any] = {"style": style, "success": float(np.mean(wins)), "return": float(np.mean(returns))}
+    row: dict[str, Any] = {"style": style, "success": float(np.mean([ep.reason == "success" for ep in mine])),
+                           "return": float(np.mean([ep.ret for ep in mine]))}
+    values = [ep.stats["value"] for ep in mine if "value" in ep.stats]
     if values:
         row["value"] = float(np.mean(values))
+    if worker.policies is not None:
+        accuracy = prediction_metrics(worker.policies, batch).get("opponent/accuracy")
+        if accuracy is not None:
+            row["accuracy"] = accuracy
     return row
 
 
@@ -101,12 +69,11 @@ def main() -> None:
     probe = make_env()
     styles = probe.opponent_styles()
     seeds = list(probe.eval_seeds(args.split, args.episodes, skip=args.skip_seeds))
+    worker = RolloutWorker(make_env, policy, chat)
     rows = []
     for subset, names in (("train", styles.train), ("heldout", styles.held_out)):
         for style in names:
-            row = expert_row(make_env, seeds, style) if policy is None else policy_row(policy, chat, make_env,
-                                                                                       seeds, style)
-            rows.append({**row, "set": subset})
+            rows.append({**style_row(worker, seeds, style), "set": subset})
     summary = {}
     for subset in ("train", "heldout"):
         chosen = [r for r in rows if r["set"] == subset]

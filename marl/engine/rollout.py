@@ -185,7 +185,8 @@ class RolloutWorker:
         agents (each part samples from its own seed), and the parts' records are concatenated.
         `seats` (one mapping per seed) names who plays an agent instead of the policy map's route: a
         policy id of the map (a frozen snapshot), or `style:<name>` for the scenario's scripted style
-        (`env.scripted_action`); agents it leaves out follow the route (an opponent pool's seating).
+        (`env.scripted_action`); agents it leaves out follow the route, or the `actor` where there is one
+        (an opponent pool's seating; the expert against a seated style).
         """
         if seats is not None and len(seats) != len(seeds):
             raise ValueError(f"seats has {len(seats)} entries for {len(seeds)} seeds: give one mapping per seed")
@@ -220,8 +221,9 @@ class RolloutWorker:
             for agent in env.agents:
                 key = (i, agent)
                 slot[key] = len(episodes)
-                by_actor = actor is not None and (scripted is None or scripted(env, agent))
                 seated = seats[i].get(agent) if seats is not None else None
+                # A seat is an explicit assignment, so it wins over an actor's blanket claim on every agent.
+                by_actor = not seated and actor is not None and (scripted is None or scripted(env, agent))
                 pid = SCRIPTED if by_actor else seated or self.policies.policy_of(env, agent)
                 if seated and played_by_llm(seated) and seated not in self.policies.policies:
                     raise KeyError(f"seat {agent} goes to policy {seated!r}, which the policy map lacks; "

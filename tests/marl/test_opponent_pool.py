@@ -22,7 +22,7 @@ import scenarios
 from marl.config import ConfigError, OpponentPoolConfig, TrainConfig
 from marl.engine.opponent_pool import OpponentPool, PoolEntry, seating, sides
 from marl.engine.policy_map import single
-from marl.engine.rollout import RolloutWorker
+from marl.engine.rollout import SCRIPTED, RolloutWorker, expert_actor
 from marl.run.pool import PoolRun
 from marl.run.train import train
 from policies.chat import ChatFormat
@@ -121,6 +121,18 @@ def test_a_seated_style_plays_by_its_rule_and_never_enters_the_learners_batch(ga
         worker.collect(seeds, seats=seats[:1])
     with pytest.raises(KeyError, match="lacks"):
         worker.collect(seeds[:1], seats=[{"agent_1": "snapshot:3/shared"}])
+
+
+def test_a_seat_wins_over_an_actor_so_the_expert_can_face_a_seated_style(game):
+    _, make_env, _, _ = game
+    batch = RolloutWorker(make_env, None, None).collect([11, 12], actor=expert_actor,
+                                                        seats=[{"agent_1": "style:fixed"}] * 2)
+    owners = {(ep.seed, ep.agent): ep.policy for ep in batch.episodes}
+    assert owners == {(11, "agent_0"): SCRIPTED, (11, "agent_1"): "style:fixed",
+                      (12, "agent_0"): SCRIPTED, (12, "agent_1"): "style:fixed"}
+    for ep in batch.episodes:
+        if ep.agent == "agent_1":  # fixed: one move the whole match
+            assert len({text for role, text in ep.transcript if role == "action"}) == 1
 
 
 def test_scripted_seats_are_declared_and_forwarded_by_comms():
