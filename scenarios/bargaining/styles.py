@@ -140,12 +140,16 @@ class Threshold(PartnerStyle):
     """Accept at or above a share of the pool value; propose to keep a share (both may move with time)."""
 
     rules = frozenset({"accept_value_threshold", "keep_value_share"})
+    accept_at: ClassVar[float] = 0.0
+    """The share accepted when `threshold` is not overridden."""
+    keep_at: ClassVar[float | None] = None
+    """The share kept when proposing (None: the acceptance threshold)."""
 
     def threshold(self, view: SeatView) -> float:
-        raise NotImplementedError
+        return self.accept_at
 
     def keep(self, view: SeatView) -> float:
-        return self.threshold(view)
+        return self.threshold(view) if self.keep_at is None else self.keep_at
 
     def accepts(self, view: SeatView) -> bool:
         return share(view, view.table) >= self.threshold(view) - 1e-9
@@ -157,12 +161,7 @@ class Threshold(PartnerStyle):
 class Pushover(Threshold):
     name = "pushover"
     rules = frozenset({"accept_always", "keep_value_share"})
-
-    def threshold(self, view: SeatView) -> float:
-        return 0.0
-
-    def keep(self, view: SeatView) -> float:
-        return 0.5
+    accept_at, keep_at = 0.0, 0.5
 
 
 class Fair(Threshold):
@@ -174,12 +173,7 @@ class Fair(Threshold):
 
 class Tough(Threshold):
     name = "tough"
-
-    def threshold(self, view: SeatView) -> float:
-        return 0.8
-
-    def keep(self, view: SeatView) -> float:
-        return 0.9
+    accept_at, keep_at = 0.8, 0.9
 
 
 class Conceder(Threshold):
