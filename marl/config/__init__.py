@@ -3,6 +3,7 @@
 - `choices`: the closed sets of choices as `Literal` types, and what each algorithm needs.
 - `checks`: `ConfigError` and the checks every section uses.
 - `sections`: policy, warm start, RL, critic, opponent model, opponent pool, comms, tracking.
+- `curriculum`: curriculum stages and the rules that move a run between them.
 - `train`: `TrainConfig`, and the checks that span sections.
 - `commands`: the configs of `marl eval` and `marl compare`.
 - `files`: YAML into configs (`safe_load` only), configs into flat MLflow params.
@@ -12,6 +13,7 @@ It leaves out building anything from a config (`marl.run.build`) and the command
 
 from marl.config.checks import ConfigError
 from marl.config.commands import CompareConfig, EvalConfig
+from marl.config.curriculum import CurriculumConfig
 from marl.config.sections import (
     CommsConfig,
     CriticConfig,
@@ -24,5 +26,5 @@ from marl.config.sections import (
 )
 from marl.config.train import TrainConfig
 
-__all__ = ["CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "EvalConfig", "OpponentModelConfig",
+__all__ = ["CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "CurriculumConfig", "EvalConfig", "OpponentModelConfig",
            "OpponentPoolConfig", "PolicyConfig", "RLConfig", "TrackingConfig", "TrainConfig", "WarmStartConfig"]

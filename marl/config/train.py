@@ -6,7 +6,7 @@ itself when it is built (`__post_init__`) and again on `validate()` (after field
 Python), raising `ConfigError` with a message that says which field to change; checking never
 changes a field. The fields whose default depends on other fields (`agents`, `eval_splits`,
 `tracking.run_name`) stay None until `resolved()` returns a copy with them filled in. YAML files are
-read into the same dataclasses by `marl.config.files`. Left out: curriculum settings.
+read into the same dataclasses by `marl.config.files`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import tyro
 
 from marl.config.checks import ConfigError, SelfChecking, one_of, positive, require
 from marl.config.choices import ALGORITHM_NEEDS, Algo, PolicyMapping, options
+from marl.config.curriculum import CurriculumConfig
 from marl.config.sections import (
     CommsConfig,
     CriticConfig,
@@ -76,6 +77,8 @@ class TrainConfig(SelfChecking):
     """Who the learner plays in competitive and mixed scenarios: scripted styles and frozen snapshots of itself."""
     comms: CommsConfig = field(default_factory=CommsConfig)
     """Who shares observations with whom during rollouts; `none` leaves the scenario as is."""
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    """Stages of team size or difficulty that RL moves through on success (none by default)."""
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
     """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
 
@@ -87,7 +90,7 @@ class TrainConfig(SelfChecking):
         info = scenarios.info(self.scenario)
         out = copy.deepcopy(self)
         if out.agents is None:
-            out.agents = info.agent_range[0]
+            out.agents = self.curriculum.parsed()[0].agents if self.curriculum.enabled else info.agent_range[0]
         if out.eval_splits is None:
             out.eval_splits = tuple(s for s in info.splits if s != self.train_split)
         out.tracking.run_name = out.tracking.run_name or f"{self.scenario}-{self.policy.model}-s{self.seed}"
@@ -96,9 +99,10 @@ class TrainConfig(SelfChecking):
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""
         for section in (self.policy, self.sft, self.rl, self.critic, self.opponent, self.pool, self.comms,
-                        self.tracking):
+                        self.curriculum, self.tracking):
             section.validate()
         self._check_scenario()
+        self._check_curriculum()
         one_of("algo", self.algo, options(Algo))
         one_of("policy_mapping", self.policy_mapping, options(PolicyMapping))
         positive("iterations", self.iterations, allow_zero=True)
@@ -134,6 +138,31 @@ class TrainConfig(SelfChecking):
                     f"opponent.mode={self.opponent.mode!r}: {self.scenario} with {agents} agents gives no agent another "
                     "to predict (no opponent_slots or action_classes); use a competitive or mixed scenario, or "
                     "opponent.mode off")
+
+    def _check_curriculum(self) -> None:
+        """Every stage is a team size, split and options the scenario takes; the run starts at the first."""
+        import scenarios
+
+        if not self.curriculum.enabled:
+            return
+        stages = self.curriculum.parsed()
+        require(self.agents is None or self.agents == stages[0].agents,
+                f"agents={self.agents} but the curriculum starts at agents={stages[0].agents}: leave agents unset "
+                "(the first stage sets it) or make them agree")
+        require(self.pool.sampling == "off", "curriculum with pool.sampling: an opponent pool seats a fixed team; "
+                "use pool.sampling off with a curriculum")
+        info = scenarios.info(self.scenario)
+        for k, stage in enumerate(stages):
+            where = f"curriculum.stages[{k}] ({stage.spec()!r})"
+            low, high = info.agent_range
+            require(low <= stage.agents <= high, f"{where}: agents={stage.agents} is outside {self.scenario}'s "
+                    f"range [{low}, {high}]")
+            require(stage.split is None or stage.split in info.splits,
+                    f"{where}: split {stage.split!r} is not a split of {self.scenario}; choose from {list(info.splits)}")
+            try:
+                scenarios.make(self.scenario, n_agents=stage.agents, **{**self.scenario_options, **dict(stage.options)})
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"{where}: {err}") from err
 
     def _check_algorithm(self) -> None:
         needs, rl, critic = ALGORITHM_NEEDS[self.algo], self.rl, self.critic

@@ -9,9 +9,9 @@ Modes (`--policy-mapping`):
 
 `PolicyMap` looks like a single policy to the rollout worker: `generate` takes every live row of a
 turn, splits the rows by policy, makes one batched call per policy and puts the results back in
-row order. Each policy keeps its own optimizer, reference and metrics (see `marl.run.train`). Left out:
-growing the team under `agent` mapping (a new agent id has no model; the curriculum will decide
-whether it clones one).
+row order. Each policy keeps its own optimizer, reference and metrics (see `marl.run.train`). A
+curriculum that grows the team under `agent` mapping adds the newcomers' policies
+(`marl.run.curriculum`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class PolicyMap:
         pid = self.route(env, agent)
         if pid not in self.policies:
             raise KeyError(f"agent {agent} maps to policy {pid!r}, which was never built; known: "
-                           f"{sorted(self.policies)} (under `agent` mapping the agent count cannot change)")
+                           f"{sorted(self.policies)} (under `agent` mapping only a curriculum adds agents)")
         return pid
 
     def generate(self, prompts: Sequence[Sequence[int]], grammars: Sequence[Any], owners: Sequence[str],

@@ -105,6 +105,8 @@ class Episode:
     ending is then an outcome of the task, valued 0 after it, not a cut to bootstrap."""
     opponent: list[tuple[int, ...]] = field(default_factory=list)
     """Per action (as in `transcript`), the opponent model's labels of that step (`Turn.opponent`)."""
+    variant: str = ""
+    """The env variant the episode was played in (a curriculum stage's name; "" for the worker's own)."""
     teammate_fault: bool = False
     """A teammate's episode ended in a harness fault, and this team shares one outcome (see
     `mark_harness_faults`)."""
@@ -135,33 +137,45 @@ class RolloutWorker:
     """Holds a pool of environments and plays batches of seeded episodes through a policy."""
 
     def __init__(self, make_env: Callable[[], Any], policy: Any, chat: Any, turn_cache: bool = True,
-                 max_rows: int = 0) -> None:
+                 max_rows: int = 0, variants: Mapping[str, Callable[[], Any]] | None = None) -> None:
         """`policy`: one policy for every agent, a `PolicyMap`, or None for scripted actors only.
 
         `turn_cache`: keep each agent's KV cache between turns of a collection, so a turn reads
         only its new observation (off: every turn re-reads the whole conversation).
         `max_rows`: the most agents (envs x agents) played at once; a larger collection plays its envs
         in consecutive parts, so the KV caches it holds do not grow with it (0: all at once).
+        `variants`: further env factories by name (a curriculum's stages: other team sizes, splits,
+        options), which `collect` can mix into one batch; `make_env` is the variant "".
         """
         if max_rows < 0:
             raise ValueError(f"max_rows={max_rows} must be >= 0 (0: no bound)")
         self.make_env = make_env
+        self.factories: dict[str, Callable[[], Any]] = {"": make_env, **(variants or {})}
         self.max_rows = max_rows
         self.turn_cache = turn_cache
         self.policy = policy
         self.policies = policy if policy is None or isinstance(policy, PolicyMap) else single(policy)
         self.chat = chat
-        self._pool: list[Any] = []
+        self._pools: dict[str, list[Any]] = {}
 
     @property
     def envs(self) -> list[Any]:
         """Every environment the worker has built so far (for statistics that live in the envs)."""
-        return list(self._pool)
+        return [env for pool in self._pools.values() for env in pool]
 
-    def _envs(self, n: int) -> list[Any]:
-        while len(self._pool) < n:
-            self._pool.append(self.make_env())
-        return self._pool[:n]
+    def _envs(self, n: int, variants: Sequence[str] | None = None) -> list[Any]:
+        """`n` environments, the k-th of variant `variants[k]` (default ""), each used once per call."""
+        keys = list(variants) if variants is not None else [""] * n
+        out, used = [], {}
+        for key in keys:
+            if key not in self.factories:
+                raise KeyError(f"env variant {key!r} is unknown; known: {sorted(self.factories)}")
+            pool = self._pools.setdefault(key, [])
+            used[key] = used.get(key, 0) + 1
+            while len(pool) < used[key]:
+                pool.append(self.factories[key]())
+            out.append(pool[used[key] - 1])
+        return out
 
     def collect(
         self,
@@ -174,6 +188,7 @@ class RolloutWorker:
         record_state: bool = False,
         scripted: Callable[[Any, str], bool] | None = None,
         seats: Sequence[Mapping[str, str]] | None = None,
+        variants: Sequence[str] | None = None,
     ) -> RolloutBatch:
         """Play one episode per seed (all agents of each) and return every turn and episode.
 
@@ -187,30 +202,37 @@ class RolloutWorker:
         policy id of the map (a frozen snapshot), or `style:<name>` for the scenario's scripted style
         (`env.scripted_action`); agents it leaves out follow the route, or the `actor` where there is one
         (an opponent pool's seating; the expert against a seated style).
+        `variants` (one name per seed) plays a seed in that env variant (a curriculum stage), all in the same
+        generate calls; each episode records its variant.
         """
-        if seats is not None and len(seats) != len(seeds):
-            raise ValueError(f"seats has {len(seats)} entries for {len(seeds)} seeds: give one mapping per seed")
+        for name, given in (("seats", seats), ("variants", variants)):
+            if given is not None and len(given) != len(seeds):
+                raise ValueError(f"{name} has {len(given)} entries for {len(seeds)} seeds: give one per seed")
         groups = list(groups) if groups is not None else list(range(len(seeds)))
         size = len(seeds)
         if self.max_rows and seeds:
-            size = max(1, self.max_rows // max(len(self._envs(1)[0].possible_agents), 1))
+            kinds = sorted(set(variants or [""]))
+            widest = max(len(env.possible_agents) for env in self._envs(len(kinds), kinds))
+            size = max(1, self.max_rows // max(widest, 1))
         parts = []
         for k, start in enumerate(range(0, max(len(seeds), 1), max(size, 1))):
             seed_k = None if sample_seed is None else sample_seed + 7919 * k
             part_seats = None if seats is None else seats[start : start + size]
+            part_variants = None if variants is None else variants[start : start + size]
             parts.append(self._collect(seeds[start : start + size], groups[start : start + size], greedy, seed_k,
-                                       actor, max_loops, record_state, scripted, part_seats))
+                                       actor, max_loops, record_state, scripted, part_seats, part_variants))
         return parts[0] if len(parts) == 1 else concat_batches(parts)
 
     def _collect(self, seeds: Sequence[int], groups: Sequence[int], greedy: bool, sample_seed: int | None,
                  actor: Callable[[Any, str], str] | None, max_loops: int, record_state: bool,
                  scripted: Callable[[Any, str], bool] | None,
-                 seats: Sequence[Mapping[str, str]] | None = None) -> RolloutBatch:
+                 seats: Sequence[Mapping[str, str]] | None = None,
+                 variants: Sequence[str] | None = None) -> RolloutBatch:
         """One part of `collect`: these seeds' envs played together."""
         if scripted is not None and (actor is None or self.policies is None):
             raise ValueError("`scripted` picks the agents an actor plays beside a policy: pass both")
         start = time.perf_counter()
-        envs = self._envs(len(seeds))
+        envs = self._envs(len(seeds), variants)
         episodes: list[Episode] = []
         turns: list[Turn] = []
         slot: dict[tuple[int, str], int] = {}
@@ -229,7 +251,7 @@ class RolloutWorker:
                     raise KeyError(f"seat {agent} goes to policy {seated!r}, which the policy map lacks; "
                                    f"known: {sorted(self.policies.policies)}")
                 episodes.append(Episode(seed=int(seed), group=groups[i], agent=agent, policy=pid, env=i,
-                                        team=team_name(env, agent),
+                                        team=team_name(env, agent), variant=variants[i] if variants else "",
                                         budget_visible=bool(env.turn_budget_visible)))
                 text = observations[agent]["text"]
                 last_obs[key] = text

@@ -78,16 +78,21 @@ def train_env_factory(cfg: TrainConfig, split: str) -> EnvFactory:
 
 
 # ----- tokenizer and policy -----
-def build_tokenizer(make_env: EnvFactory, out_dir: Path, policy_cfg: PolicyConfig, rng: np.random.Generator) -> Any:
-    """The offline tokenizer of a scenario: trained on scripted-expert text, cached on disk by content hash."""
+def build_tokenizer(make_env: EnvFactory, out_dir: Path, policy_cfg: PolicyConfig, rng: np.random.Generator,
+                    more_envs: tuple[EnvFactory, ...] = ()) -> Any:
+    """The offline tokenizer of a scenario: trained on scripted-expert text, cached on disk by content hash.
+    With `more_envs` (a curriculum's other stages) the corpus's episodes are shared out over every factory,
+    so the text of each team size is in it."""
     probe = make_env()
     corpus_seeds = train_seeds(rng, policy_cfg.tokenizer_episodes)
+    factories = (make_env, *more_envs)
 
     def corpus() -> list[str]:
-        worker = RolloutWorker(make_env, policy=None, chat=None)
         texts = []
-        for ep in demonstration_episodes(worker, corpus_seeds):
-            texts.extend(text for _, text in ep.transcript)
+        for k, factory in enumerate(factories):
+            worker = RolloutWorker(factory, policy=None, chat=None)
+            for ep in demonstration_episodes(worker, corpus_seeds[k :: len(factories)]):
+                texts.extend(text for _, text in ep.transcript)
         return texts
 
     return load_or_train_tokenizer(out_dir / "tokenizers", corpus, probe.entity_vocabulary(), policy_cfg.vocab_size)
@@ -114,13 +119,15 @@ def saved_tokenizer(model_spec: str) -> Any | None:
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def build_policy(cfg: TrainConfig, make_env: EnvFactory, out_dir: Path, rng: np.random.Generator) -> tuple[Any, Any, Any]:
+def build_policy(cfg: TrainConfig, make_env: EnvFactory, out_dir: Path, rng: np.random.Generator,
+                 more_envs: tuple[EnvFactory, ...] = ()) -> tuple[Any, Any, Any]:
     """The tokenizer, the model and the policy around them: a preset gets the offline tokenizer (cached)
     and random weights; a checkpoint folder comes with the tokenizer it was trained with, whatever the
-    seed (a tokenizer trained on another seed's corpus would read its ids as other text)."""
+    seed (a tokenizer trained on another seed's corpus would read its ids as other text). `more_envs`:
+    further factories whose text the tokenizer's corpus also holds (a curriculum's stages)."""
     tokenizer = saved_tokenizer(cfg.policy.model)
     if tokenizer is None:
-        tokenizer = build_tokenizer(make_env, out_dir, cfg.policy, rng)
+        tokenizer = build_tokenizer(make_env, out_dir, cfg.policy, rng, more_envs)
     else:
         train_seeds(rng, cfg.policy.tokenizer_episodes)  # the same draws as a fresh start, so later ones match
     policy = new_policy(cfg.policy, tokenizer, cfg.seed)
@@ -131,6 +138,13 @@ def same_policy(policy: LLMPolicy, model: Any) -> LLMPolicy:
     """`model` behind `policy`'s tokenizer and decoding settings."""
     return LLMPolicy(model, policy.tokenizer, constrained=policy.constrained, temperature=policy.temperature,
                      max_new_tokens=policy.max_new_tokens)
+
+
+def clone_policy(policy: LLMPolicy) -> LLMPolicy:
+    """A trainable copy of `policy`: its weights and opponent head, copied (a further policy of a mapping)."""
+    clone = same_policy(policy, copy.deepcopy(policy.model))
+    clone.opponent_head = copy.deepcopy(policy.opponent_head)
+    return clone
 
 
 def frozen_reference(policy: LLMPolicy) -> LLMPolicy:
@@ -155,9 +169,8 @@ def build_policy_map(mapping: str, scenario: str, policy: LLMPolicy, make_env: E
         return single(policy)
     kind = scenarios.info(scenario).kind
     ids = policy_ids(mapping, make_env(), kind)
-    models = {ids[0]: policy, **{pid: same_policy(policy, copy.deepcopy(policy.model)) for pid in ids[1:]}}
-    for pid in ids[1:]:  # each policy learns its own opponents' model from the same start
-        models[pid].opponent_head = copy.deepcopy(policy.opponent_head)
+    # each policy learns its own weights and its own opponents' model from the same start
+    models = {ids[0]: policy, **{pid: clone_policy(policy) for pid in ids[1:]}}
     return PolicyMap(models, partial(policy_id, mapping, kind=kind))
 
 

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 META_FILE = "marl_checkpoint.json"
+CURRICULUM_FILE = "curriculum.json"
+"""A curriculum's state in a checkpoint folder (`marl.engine.curriculum.Curriculum.state_dict`)."""
 FORMAT_VERSION = 2
 VERSIONED_PACKAGES = ("marl-llm", "torch", "transformers", "trl", "tokenizers", "pettingzoo", "mlflow")
 
@@ -144,14 +146,15 @@ def _from_format_1(old: dict[str, Any]) -> dict[str, Any]:
 
 def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: CheckpointMeta,
                     extra_models: dict[str, Any] | None = None, critics: dict[str, Any] | None = None,
-                    heads: dict[str, Any] | None = None, pool: Any = None) -> Path:
+                    heads: dict[str, Any] | None = None, pool: Any = None,
+                    curriculum: dict[str, Any] | None = None) -> Path:
     """Write model + tokenizer + metadata atomically to `path` and return it.
 
     `model` lies at the top of the folder (the shared policy, or the first of several). Further
     policies of a policy mapping go to `policies/<id>/` (listed in the metadata under
     `policies`), critics to `critics/<id>/`, opponent heads beside their policy's weights (`heads`:
-    policy id, or "" for the top model, to a head), an opponent pool (its `save(folder)`) to `pool/`;
-    all or nothing is written.
+    policy id, or "" for the top model, to a head), an opponent pool (its `save(folder)`) to `pool/`,
+    a curriculum's state (stage, window, history) to `curriculum.json`; all or nothing is written.
     """
     path = Path(path)
     extra_models = extra_models or {}
@@ -177,6 +180,8 @@ def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: Checkpoi
         head.save(tmp / "policies" / pid if pid else tmp)
     if pool is not None:
         pool.save(tmp / "pool")
+    if curriculum is not None:
+        (tmp / CURRICULUM_FILE).write_text(json.dumps(curriculum, indent=1))
     (tmp / META_FILE).write_text(meta.to_json())
     if path.exists():
         shutil.rmtree(old, ignore_errors=True)

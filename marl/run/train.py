@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from marl.run.build import (
     train_seeds,
 )
 from marl.run.checkpoint import CheckpointMeta, TokenizerInfo, package_versions, save_checkpoint
+from marl.run.curriculum import CurriculumRun, stage_factory
 from marl.run.evaluate import evaluate, transcript_text
 from marl.run.memory import peak_rss_gb, trim_heap
 from marl.run.pool import PoolRun
@@ -92,10 +94,12 @@ def train(cfg: TrainConfig) -> TrainResult:
     with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location) as tr:
         tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
         tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
-        tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng)
+        curriculum = CurriculumRun(cfg) if cfg.curriculum.enabled else None
+        stage_envs = curriculum.factories if curriculum is not None else {}
+        tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng, tuple(stage_envs.values()))
         attach_opponent_head(cfg, policy, make_env)
         chat = ChatFormat(tokenizer)
-        worker = RolloutWorker(make_env, policy, chat, max_rows=cfg.rl.rollout_rows)
+        worker = RolloutWorker(make_env, policy, chat, max_rows=cfg.rl.rollout_rows, variants=stage_envs)
         tr.log_params({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer)),
                        "device": str(model.device)})
         log_topology(cfg, tr, make_env, out_root / tr.run_id / "comms")
@@ -114,17 +118,22 @@ def train(cfg: TrainConfig) -> TrainResult:
                 demos = demonstrations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes),
                                                                     noise=cfg.sft.demo_noise, seed=cfg.seed),
                                        demo_hints(cfg, policy))
-            last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool)
+            last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool, curriculum)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         ids = list(policies.policies)
-        meta = checkpoint_meta(cfg, tokenizer, tuple(ids), tr.run_id, last_iteration)
+        meta = checkpoint_meta(cfg, tokenizer, tuple(ids), tr.run_id, last_iteration,
+                               agents=curriculum.furthest().agents if curriculum is not None else None)
         heads = {"" if k == 0 else pid: policies[pid].opponent_head for k, pid in enumerate(ids)
                  if policies[pid].opponent_head is not None}
         save_checkpoint(ckpt_dir, policies[ids[0]].model, tokenizer, meta,
                         extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics, heads=heads,
-                        pool=pool.pool if pool is not None else None)
+                        pool=pool.pool if pool is not None else None,
+                        curriculum=curriculum.state_dict() if curriculum is not None else None)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
-        final = _final_eval(cfg, tr, policies, chat, last_iteration, pool)
+        if curriculum is not None and curriculum.trace:
+            tr.log_artifacts(curriculum.draw(out_root / tr.run_id / "curriculum" / "curriculum.png").parent,
+                             "curriculum")
+        final = _final_eval(cfg, tr, policies, chat, last_iteration, pool, curriculum)
     print(f"run_id: {tr.run_id}")
     print(f"checkpoint: {ckpt_dir}")
     print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
@@ -132,11 +141,12 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 
 def checkpoint_meta(cfg: TrainConfig, tokenizer: Any, policies: tuple[str, ...], run_id: str,
-                    iteration: int) -> CheckpointMeta:
-    """The metadata record of a resolved training config's checkpoint."""
+                    iteration: int, agents: int | None = None) -> CheckpointMeta:
+    """The metadata record of a resolved training config's checkpoint; `agents`: the team size it records
+    (default the config's; a curriculum's furthest stage)."""
     entities = len(scenarios.make(cfg.scenario, n_agents=cfg.agents, **cfg.scenario_options).entity_vocabulary())
     return CheckpointMeta(
-        scenario=cfg.scenario, agents=cfg.agents, model=cfg.policy.model,
+        scenario=cfg.scenario, agents=agents or cfg.agents, model=cfg.policy.model,
         tokenizer=TokenizerInfo("offline-bpe", len(tokenizer), merges_budget=cfg.policy.vocab_size, entities=entities),
         policy_mapping=cfg.policy_mapping, policies=policies, algo=cfg.algo,
         critic_view=cfg.critic.state_view if algorithms.get(cfg.algo).critic is not None else None,
@@ -212,18 +222,27 @@ def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any,
     probe = make_env()
     probe.reset(seed=0)
     owner = {agent: policies.policy_of(probe, agent) for agent in probe.possible_agents}
-    learners = {}
-    for k, (pid, policy) in enumerate(policies.policies.items()):
-        learners[pid] = Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
-                                seed=cfg.seed + k, critic=build_critic(cfg, policy, chat, seed=cfg.seed + k),
-                                demonstrations=demos_for(demos, owner, pid))
-    return learners
+    return {pid: Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
+                         seed=cfg.seed + k, critic=build_critic(cfg, policy, chat, seed=cfg.seed + k),
+                         demonstrations=demos_for(demos, owner, pid))
+            for k, (pid, policy) in enumerate(policies.policies.items())}
+
+
+def newcomer_learner(cfg: TrainConfig, policy: Any, source: Learner, chat: Any, seed: int) -> Learner:
+    """The learner of a policy copied from `source`'s (a curriculum's newcomer): a fresh optimizer, the
+    source's KL reference (the same warm start) and a copy of its critic."""
+    critic = build_critic(cfg, policy, chat, seed=seed)
+    if critic is not None:
+        critic.model.load_state_dict(source.critic.model.state_dict())
+    return Learner(policy, source.reference, cfg.rl, cfg.policy.router_aux_loss_coef, seed=seed, critic=critic)
 
 
 def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: PolicyMap, chat: Any,
-               demos: Any, rng: np.random.Generator, pool: PoolRun | None = None) -> tuple[int, dict[str, Any]]:
+               demos: Any, rng: np.random.Generator, pool: PoolRun | None = None,
+               curriculum: CurriculumRun | None = None) -> tuple[int, dict[str, Any]]:
     """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics.
-    With an opponent pool the learner plays one side of each task and a pool entry the others."""
+    With an opponent pool the learner plays one side of each task and a pool entry the others; with a
+    curriculum each task plays the stage it draws, and a promotion may bring newcomers' policies."""
     algo = algorithms.get(cfg.algo)
     learners = build_learners(cfg, policies, chat, demos, worker.make_env)
     role_of = role_function(cfg, worker.make_env)
@@ -233,14 +252,17 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     warm_critic_until = cfg.critic.warmup_iterations
     start = time.perf_counter()
     bar = tqdm(range(1, cfg.iterations + 1), desc="rl", unit="it")
-    it = 0
+    it = env_steps = 0
     for it in bar:
         task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
         collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic)
-        if pool is None:
-            batch = worker.collect(*task_groups(task_seeds, cfg.rl.group_size), **collect)
-        else:
+        if pool is not None:
             batch = pool.collect(worker, task_seeds, cfg.rl.group_size, **collect)
+        elif curriculum is not None:
+            batch = curriculum.collect(worker, task_seeds, cfg.rl.group_size, **collect)
+        else:
+            batch = worker.collect(*task_groups(task_seeds, cfg.rl.group_size), **collect)
+        env_steps += batch.env_steps
         t0 = time.perf_counter()
         metrics = summarize(batch if pool is None else subset(batch, lambda ep: ep.policy in learners))
         per_policy: dict[str, dict[str, float]] = {}
@@ -254,13 +276,20 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         metrics.update(merge_policy_metrics(per_policy))
         metrics["perf/update_seconds"] = time.perf_counter() - t0
         metrics["perf/rollout_seconds"] = batch.seconds
+        metrics["progress/env_steps"] = float(env_steps)
+        if curriculum is not None:
+            move = curriculum.after_batch(batch, it)
+            if move is not None and move.target > move.source:
+                for pid, source in curriculum.newcomers(policies, curriculum.stages[move.target]):
+                    learners[pid] = newcomer_learner(cfg, policies[pid], learners[source], chat, cfg.seed + len(learners))
+                    if cfg.rl.baseline == "running":
+                        baselines[pid] = RunningBaseline()
+            metrics.update(curriculum.metrics())
         del batch, part, adv  # the iteration's records, before the freed heap goes back
         trim_heap()
         if pool is not None:
             pool.after_iteration(it)
             metrics.update(pool.metrics())
-        metrics["curriculum/n_agents"] = float(cfg.agents)
-        metrics["curriculum/stage"] = 0.0
         metrics["perf/elapsed_s"] = time.perf_counter() - start
         metrics["perf/peak_rss_gb"] = peak_rss_gb()
         metrics.update(comms_metrics(worker))
@@ -287,7 +316,10 @@ def merge_policy_metrics(per_policy: dict[str, dict[str, float]]) -> dict[str, f
 
 
 def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
-                pool: PoolRun | None = None) -> dict[str, float]:
+                pool: PoolRun | None = None, curriculum: CurriculumRun | None = None) -> dict[str, float]:
+    """Held-out figures at the end: `eval/<split>/...` for the run's team (a curriculum's last stage, or the
+    furthest it reached when newcomers lack a policy), and with a curriculum `eval/<stage>/<split>/...` for
+    every distinct team of its stages that the run can field (forgetting, transfer)."""
     final: dict[str, float] = {}
     if pool is not None and cfg.pool.eval_episodes > 0 and cfg.eval_splits:
         make_env = train_env_factory(cfg, cfg.eval_splits[0])
@@ -296,17 +328,24 @@ def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int
     if cfg.eval_episodes <= 0:
         tr.log_metrics(final, step=step)
         return final
-    for split in cfg.eval_splits:
-        make_env = train_env_factory(cfg, split)
-        worker = RolloutWorker(make_env, policy, chat)
-        seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
-        figures, batch = evaluate(worker, seeds, greedy=True)
-        figures.update(prediction_metrics(policy, batch))
-        final.update({f"eval/{split}/{k}": v for k, v in figures.items()})
-        tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
-        if cfg.eval_sampled:  # greedy play can tip on one looping path; sampled play averages over paths
-            figures, _ = evaluate(worker, seeds, greedy=False, sample_seed=0)
-            final.update({f"eval_sampled/{split}/{k}": v for k, v in figures.items()})
+    teams: list[tuple[str, Any]] = [("", partial(train_env_factory, cfg))]
+    if curriculum is not None:
+        fielded = curriculum.eval_stages(policy)
+        teams = [("", partial(stage_factory, cfg, fielded[-1]))]
+        teams += [(f"{stage.name}/", partial(stage_factory, cfg, stage)) for stage in fielded]
+    for label, factory_of in teams:
+        for split in cfg.eval_splits:
+            make_env = factory_of(split=split)
+            worker = RolloutWorker(make_env, policy, chat)
+            seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
+            figures, batch = evaluate(worker, seeds, greedy=True)
+            figures.update(prediction_metrics(policy, batch))
+            final.update({f"eval/{label}{split}/{k}": v for k, v in figures.items()})
+            if not label:
+                tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
+            if cfg.eval_sampled:  # greedy play can tip on one looping path; sampled play averages over paths
+                figures, _ = evaluate(worker, seeds, greedy=False, sample_seed=0)
+                final.update({f"eval_sampled/{label}{split}/{k}": v for k, v in figures.items()})
     tr.log_metrics(final, step=step)
     print("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")), flush=True)
     return final

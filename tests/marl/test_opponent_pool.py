@@ -117,7 +117,7 @@ def test_a_seated_style_plays_by_its_rule_and_never_enters_the_learners_batch(ga
         for k in range(1, len(theirs)):  # beat_last: the move that beats the learner's last move
             if mine[k - 1] in MOVES3:
                 assert theirs[k] == MOVES3[(MOVES3.index(mine[k - 1]) + 1) % 3]
-    with pytest.raises(ValueError, match="one mapping per seed"):
+    with pytest.raises(ValueError, match="seats has .* give one per seed"):
         worker.collect(seeds, seats=seats[:1])
     with pytest.raises(KeyError, match="lacks"):
         worker.collect(seeds[:1], seats=[{"agent_1": "snapshot:3/shared"}])
