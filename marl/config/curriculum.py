@@ -36,6 +36,11 @@ class Stage:
         parts = [f"n{self.agents}"] + ([self.split] if self.split else [])
         return "-".join(parts + [f"{k}={v}" for k, v in self.options])
 
+    @property
+    def team(self) -> str:
+        """The name of the stage's team, split left out (`n4`, `n2-size=7`): what evaluation is labelled by."""
+        return "-".join([f"n{self.agents}"] + [f"{k}={v}" for k, v in self.options])
+
     def spec(self) -> str:
         """The stage as the one-line spec `parse_stage` reads back."""
         items = [f"agents={self.agents}"] + ([f"split={self.split}"] if self.split else [])

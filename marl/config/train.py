@@ -152,6 +152,7 @@ class TrainConfig(SelfChecking):
         require(self.pool.sampling == "off", "curriculum with pool.sampling: an opponent pool seats a fixed team; "
                 "use pool.sampling off with a curriculum")
         info = scenarios.info(self.scenario)
+        teams: dict[str, tuple[str, int]] = {}  # agent -> (its team, at which size) as first seen
         for k, stage in enumerate(stages):
             where = f"curriculum.stages[{k}] ({stage.spec()!r})"
             low, high = info.agent_range
@@ -160,9 +161,17 @@ class TrainConfig(SelfChecking):
             require(stage.split is None or stage.split in info.splits,
                     f"{where}: split {stage.split!r} is not a split of {self.scenario}; choose from {list(info.splits)}")
             try:
-                scenarios.make(self.scenario, n_agents=stage.agents, **{**self.scenario_options, **dict(stage.options)})
+                env = scenarios.make(self.scenario, n_agents=stage.agents,
+                                     **{**self.scenario_options, **dict(stage.options)})
             except (TypeError, ValueError) as err:
                 raise ConfigError(f"{where}: {err}") from err
+            per_agent = self.policy_mapping == "agent" or self.rl.normalize_by == "role"
+            for agent in env.possible_agents:
+                team, size = teams.setdefault(agent, (env.team_of(agent), stage.agents))
+                require(not per_agent or team == env.team_of(agent),
+                        f"{where}: in {self.scenario} {agent} is on team {team!r} with {size} agents and on "
+                        f"{env.team_of(agent)!r} with {stage.agents}; under policy_mapping agent or rl.normalize_by "
+                        "role it would change sides: use policy_mapping team (or shared) and rl.normalize_by agent")
 
     def _check_algorithm(self) -> None:
         needs, rl, critic = ALGORITHM_NEEDS[self.algo], self.rl, self.critic

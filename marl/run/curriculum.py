@@ -108,7 +108,7 @@ class CurriculumRun:
         """One stage per distinct team (size and options) that every agent of has a policy, in order."""
         out: list[Stage] = []
         for stage in self.stages:
-            if any(s.agents == stage.agents and s.options == stage.options for s in out):
+            if any(s.team == stage.team for s in out):
                 continue
             env = self.factories[stage.name]()
             env.reset(seed=0)

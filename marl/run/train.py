@@ -203,14 +203,18 @@ def demos_for(demos: dict[str, list[Any]] | None, owner: dict[str, str], pid: st
     return {key: [demos[key][i] for i in keep] for key in ("input_ids", "assistant_masks")}
 
 
-def role_function(cfg: TrainConfig, make_env: Any) -> Any:
-    """Agent -> normalization key: the agent itself, or its team (`rl.normalize_by role`)."""
+def role_function(cfg: TrainConfig, *make_envs: Any) -> Any:
+    """Agent -> normalization key: the agent itself, or its team (`rl.normalize_by role`), for the agents of
+    every env factory given (a curriculum's stages bring further agents)."""
     if cfg.rl.normalize_by == "agent":
         return _identity
-    env = make_env()
-    env.reset(seed=0)
     kind = scenarios.info(cfg.scenario).kind
-    return {agent: policy_id("team", env, agent, kind) for agent in env.possible_agents}.__getitem__
+    roles = {}
+    for make_env in make_envs:
+        env = make_env()
+        env.reset(seed=0)
+        roles.update({agent: policy_id("team", env, agent, kind) for agent in env.possible_agents})
+    return roles.__getitem__
 
 
 def _identity(agent: str) -> str:
@@ -245,7 +249,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     curriculum each task plays the stage it draws, and a promotion may bring newcomers' policies."""
     algo = algorithms.get(cfg.algo)
     learners = build_learners(cfg, policies, chat, demos, worker.make_env)
-    role_of = role_function(cfg, worker.make_env)
+    role_of = role_function(cfg, *worker.factories.values())
     baselines = {pid: RunningBaseline() for pid in learners} if cfg.rl.baseline == "running" else {}
     # A critic warm-up's iterations fit the value on the warm-started policy's own play before any policy step
     # (config validation keeps it 0 for critic-free algorithms).
@@ -318,8 +322,8 @@ def merge_policy_metrics(per_policy: dict[str, dict[str, float]]) -> dict[str, f
 def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
                 pool: PoolRun | None = None, curriculum: CurriculumRun | None = None) -> dict[str, float]:
     """Held-out figures at the end: `eval/<split>/...` for the run's team (a curriculum's last stage, or the
-    furthest it reached when newcomers lack a policy), and with a curriculum `eval/<stage>/<split>/...` for
-    every distinct team of its stages that the run can field (forgetting, transfer)."""
+    furthest it reached when newcomers lack a policy), and with a curriculum `eval/<team>/<split>/...` for
+    every distinct team of its stages that the run can field (`n4`: forgetting, transfer)."""
     final: dict[str, float] = {}
     if pool is not None and cfg.pool.eval_episodes > 0 and cfg.eval_splits:
         make_env = train_env_factory(cfg, cfg.eval_splits[0])
@@ -332,7 +336,7 @@ def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int
     if curriculum is not None:
         fielded = curriculum.eval_stages(policy)
         teams = [("", partial(stage_factory, cfg, fielded[-1]))]
-        teams += [(f"{stage.name}/", partial(stage_factory, cfg, stage)) for stage in fielded]
+        teams += [(f"{stage.team}/", partial(stage_factory, cfg, stage)) for stage in fielded]
     for label, factory_of in teams:
         for split in cfg.eval_splits:
             make_env = factory_of(split=split)

@@ -9,11 +9,11 @@ import torch
 from run_helpers import tiny
 
 import mlflow
-from marl.config import CurriculumConfig, TrainConfig
+from marl.config import ConfigError, CurriculumConfig, TrainConfig
 from marl.engine.rollout import RolloutWorker, expert_actor
 from marl.run.build import build_policy, build_policy_map
 from marl.run.curriculum import CurriculumRun, stage_factory
-from marl.run.train import train
+from marl.run.train import role_function, train
 
 
 def growing_run(tmp_path, mapping="agent", scenario="info_split", stages=("agents=2", "agents=4")):
@@ -87,3 +87,43 @@ def test_a_curriculum_run_logs_moves_checkpoints_its_state_and_evaluates_each_te
     artifacts = [a.path for a in client.list_artifacts(result.run_id, "curriculum")]
     assert artifacts == ["curriculum/curriculum.png"]
 
+
+
+def test_a_difficulty_curriculum_for_one_agent_trains_on_each_stage_s_split(tmp_path):
+    stages = ("agents=1 split=basic", "agents=1 split=hard", "agents=1 split=adversarial")
+    run, policies, worker = growing_run(tmp_path, mapping="shared", scenario="tool_use", stages=stages)
+    run.curriculum.stage = 2
+    batch = run.collect(worker, list(range(40)), group_size=1, actor=expert_actor)
+    played = {ep.variant for ep in batch.episodes}
+    assert "n1-adversarial" in played and played <= {"n1-basic", "n1-hard", "n1-adversarial"}
+    assert {env.split for env in worker.envs} == {v.removeprefix("n1-") for v in played}
+    assert [s.team for s in run.eval_stages(policies)] == ["n1"]  # one team: evaluated once, on every split
+
+
+def test_each_stage_rebuilds_the_comms_graph_for_its_team():
+    cfg = TrainConfig(scenario="info_split", curriculum=CurriculumConfig(stages=("agents=2", "agents=4")))
+    cfg.comms.topology = "ring"
+    run = CurriculumRun(cfg.resolved())
+    graphs = {}
+    for name, factory in run.factories.items():
+        env = factory()
+        env.reset(seed=0)
+        graphs[name] = env.topology_graph
+    assert (graphs["n2"].number_of_nodes(), graphs["n4"].number_of_nodes()) == (2, 4)
+    assert graphs["n4"].number_of_edges() == 4  # a ring of four, not the first stage's pair
+
+
+def test_an_agent_that_changes_sides_between_stages_is_refused_under_agent_mapping():
+    # predator_prey: agent_1 is the prey with two agents and a predator with four
+    stages = CurriculumConfig(stages=("agents=2", "agents=4"))
+    with pytest.raises(ConfigError, match="agent_1 is on team 'prey' with 2 agents"):
+        TrainConfig(scenario="predator_prey", policy_mapping="agent", curriculum=stages)
+    assert TrainConfig(scenario="predator_prey", policy_mapping="team", curriculum=stages)
+
+
+def test_role_normalization_knows_every_stage_s_agents():
+    cfg = TrainConfig(scenario="info_split", curriculum=CurriculumConfig(stages=("agents=2", "agents=4")))
+    cfg.rl.normalize_by = "role"
+    run = CurriculumRun(cfg.resolved())
+    role_of = role_function(cfg, *run.factories.values())
+    assert {role_of(f"agent_{k}") for k in range(4)} == {"team"}
