@@ -57,6 +57,11 @@ class CurriculumRun:
     def stages(self) -> list[Stage]:
         return self.curriculum.stages
 
+    @property
+    def first_factory(self) -> EnvFactory:
+        """The first stage's env factory: where the run starts (SFT demonstrations, the tokenizer's corpus)."""
+        return self.factories[self.stages[0].name]
+
     def collect(self, worker: RolloutWorker, task_seeds: list[int], group_size: int, **kwargs: Any) -> RolloutBatch:
         """One iteration's rollouts: each task (a whole group) in the stage drawn for it, all in one batch."""
         drawn = self.curriculum.draw_stages(len(task_seeds), self.rng)

@@ -89,14 +89,15 @@ def train(cfg: TrainConfig) -> TrainResult:
     seed_everything(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     out_root = Path(cfg.output_dir)
-    make_env = train_env_factory(cfg, cfg.train_split)
+    curriculum = CurriculumRun(cfg) if cfg.curriculum.enabled else None
+    # SFT's demonstrations and the tokenizer's first texts come from the first stage (its split and options too)
+    make_env = train_env_factory(cfg, cfg.train_split) if curriculum is None else curriculum.first_factory
     run_name = cfg.tracking.run_name
     with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location) as tr:
         tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
         tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
-        curriculum = CurriculumRun(cfg) if cfg.curriculum.enabled else None
         stage_envs = curriculum.factories if curriculum is not None else {}
-        tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng, tuple(stage_envs.values()))
+        tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng, tuple(stage_envs.values())[1:])
         attach_opponent_head(cfg, policy, make_env)
         chat = ChatFormat(tokenizer)
         worker = RolloutWorker(make_env, policy, chat, max_rows=cfg.rl.rollout_rows, variants=stage_envs)
