@@ -146,3 +146,14 @@ def test_one_collection_mixes_team_sizes_and_records_each_episode_s_variant():
     assert len(worker.envs) == 4
     with pytest.raises(KeyError, match="unknown"):
         worker.collect([1], actor=expert_actor, variants=["n8"])
+
+
+def test_a_bounded_collection_sizes_its_parts_by_the_widest_team_it_mixes():
+    factories = {"n2": env_factory("info_split", 2, "train", {}), "n4": env_factory("info_split", 4, "train", {})}
+    worker = RolloutWorker(factories["n2"], policy=None, chat=None, variants=factories, max_rows=4)
+    batch = worker.collect([1, 2, 3], actor=expert_actor, variants=["n2", "n4", "n2"])
+    per_env = {}
+    for ep in batch.episodes:
+        per_env.setdefault(ep.env, (ep.variant, set()))[1].add(ep.agent)
+    # one env per part (4 rows / a team of 4), three distinct envs, each of its own size
+    assert [(v, len(a)) for _, (v, a) in sorted(per_env.items())] == [("n2", 2), ("n4", 4), ("n2", 2)]
