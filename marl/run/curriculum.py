@@ -49,7 +49,6 @@ class CurriculumRun:
         self.curriculum = Curriculum.from_config(cfg.curriculum)
         self.factories = {s.name: stage_factory(cfg, s) for s in self.curriculum.stages}
         self.rng = np.random.default_rng([cfg.seed, 0xC0DE])  # task seeds stay those of a run without one
-        self.env_steps = 0
         self.trace: list[dict[str, float]] = []
         """Per iteration: env steps so far, stage, team size, window success and each stage's success."""
 
@@ -68,9 +67,10 @@ class CurriculumRun:
         variants = [self.stages[k].name for k in drawn for _ in range(group_size)]
         return worker.collect(*task_groups(task_seeds, group_size), variants=variants, **kwargs)
 
-    def after_batch(self, batch: RolloutBatch, iteration: int) -> Move | None:
+    def after_batch(self, batch: RolloutBatch, iteration: int, env_steps: int) -> Move | None:
         """Record each environment's per-agent success under its stage (harness faults left out: they say
-        nothing of the team's play), then let the curriculum decide."""
+        nothing of the team's play), then let the curriculum decide; `env_steps`: the run's total so far
+        (the trace's x-axis)."""
         index = {s.name: k for k, s in enumerate(self.stages)}
         by_env: dict[int, list[Episode]] = {}
         for ep in batch.episodes:
@@ -78,11 +78,10 @@ class CurriculumRun:
         for eps in by_env.values():
             if eps[0].variant in index and not any(ep.harness_fault for ep in eps):
                 self.curriculum.record(index[eps[0].variant], [team_success(eps)])
-        self.env_steps += batch.env_steps
         played = self.curriculum.metrics()  # the stage this batch trained on, before the move it decides
         move = self.curriculum.step(iteration)
         moves = {k: v for k, v in self.curriculum.metrics().items() if k.endswith(("/promotions", "/demotions"))}
-        self.trace.append({"iteration": float(iteration), "env_steps": float(self.env_steps), **played, **moves})
+        self.trace.append({"iteration": float(iteration), "env_steps": float(env_steps), **played, **moves})
         return move
 
     def metrics(self) -> dict[str, float]:
@@ -126,7 +125,7 @@ class CurriculumRun:
         return self.stages[max([self.curriculum.stage, *(m.target for m in self.curriculum.history)])]
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.curriculum.state_dict(), "env_steps": self.env_steps, "trace": self.trace}
+        return {**self.curriculum.state_dict(), "env_steps": self.trace[-1]["env_steps"] if self.trace else 0.0, "trace": self.trace}
 
     def draw(self, path: Path) -> Path:
         """A PNG of the team size and success (window and per stage) against env steps, moves marked."""

@@ -283,7 +283,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         metrics["perf/rollout_seconds"] = batch.seconds
         metrics["progress/env_steps"] = float(env_steps)
         if curriculum is not None:
-            move = curriculum.after_batch(batch, it)
+            move = curriculum.after_batch(batch, it, env_steps)
             if move is not None and move.target > move.source:
                 for pid, source in curriculum.newcomers(policies, curriculum.stages[move.target]):
                     learners[pid] = newcomer_learner(cfg, policies[pid], learners[source], chat, cfg.seed + len(learners))

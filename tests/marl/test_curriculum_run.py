@@ -33,7 +33,7 @@ def test_expert_success_promotes_and_newcomers_copy_their_source(tmp_path):
     assert sorted(policies.policies) == ["agent_0", "agent_1"]
     batch = run.collect(worker, [1, 2, 3, 4], group_size=2, actor=expert_actor)
     assert {ep.variant for ep in batch.episodes} == {"n2"}
-    move = run.after_batch(batch, iteration=1)
+    move = run.after_batch(batch, iteration=1, env_steps=batch.env_steps)
     assert move is not None and (move.source, move.target) == (0, 1)
     assert run.metrics()["curriculum/n_agents"] == 2.0  # the figure of the batch that earned the move
     assert run.metrics()["curriculum/promotions"] == 1.0
