@@ -1,5 +1,7 @@
 """Config validation says what to change; YAML loads with safe_load and rejects unknown keys."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -154,3 +156,11 @@ def test_a_removed_yaml_key_says_it_was_removed(tmp_path):
     path.write_text("rl:\n  bootstrap_truncations: false\n")
     with pytest.raises(ConfigError, match="rl.bootstrap_truncations was removed: .*turn_budget_visible"):
         load_yaml(path)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "benchmarks" / "configs").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_configs_load_and_validate(path):
+    """The configs the README and the results point users at start a run (no typo'd or removed key)."""
+    cfg = load_yaml(path)
+    assert cfg.scenario
