@@ -3,20 +3,20 @@
 Tools are declared the way agent platforms declare them (name, description, JSON-schema
 parameters with types, enums and ``required``) so the same list can be handed to a real
 chat template. Backends read the task's ``World`` and return one line of text.
-``call_tool`` runs a backend under a crash guard and a time check: a backend that raises is a
-harness ``error``, one slower than the limit is a ``timeout``; neither escapes.
+``call_tool`` runs a backend under a crash guard and a real time limit (``deadline.py``): a backend
+that raises is a harness ``error``; one that has not answered within the limit is a ``timeout`` at
+the limit (the caller stops waiting; a hung backend does not hang the run); neither escapes.
 
 It leaves out argument validation against the agent's text (``actions.py``) and rewards
-(``env.py``). The time check is measured after the call returns: a backend that never returns
-is not preempted (mock backends are pure Python and fast).
+(``env.py``).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from scenarios.tool_use.deadline import DeadlineExceeded, call_with_deadline
 from scenarios.tool_use.world import ENTITY_KINDS, World, convert_money
 
 
@@ -141,11 +141,11 @@ def call_tool(world: World, name: str, args: dict[str, str], timeout_s: float) -
     if name in world.flaky:
         world.flaky.discard(name)  # fails once, then recovers
         return ToolResult(f"tool failed: {name} is temporarily unavailable, retry the same call", transient=True)
-    start = time.perf_counter()
+    backend, call_args = BACKENDS[name], dict(args)
     try:
-        text = BACKENDS[name](world, dict(args))
+        text = call_with_deadline(lambda: backend(world, call_args), timeout_s)
+    except DeadlineExceeded:
+        return ToolResult(f"tool {name} timed out; episode ended", fault="timeout")
     except Exception as exc:  # noqa: BLE001 - a broken backend is a harness fault, not the agent's
         return ToolResult(f"tool {name} crashed ({type(exc).__name__}); episode ended", fault="error")
-    if time.perf_counter() - start > timeout_s:
-        return ToolResult(f"tool {name} timed out; episode ended", fault="timeout")
     return ToolResult(str(text))

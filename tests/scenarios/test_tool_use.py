@@ -2,6 +2,7 @@
 
 import json
 import re
+import threading
 import time
 
 import pytest
@@ -173,6 +174,30 @@ def test_slow_backend_ends_with_timeout(monkeypatch):
     monkeypatch.setitem(tools.BACKENDS, "get_weather", slow)
     _, _, term, _, infos = env.step({"agent_0": env.expert_action("agent_0")})
     assert term["agent_0"] and infos["agent_0"]["termination_reason"] == "timeout"
+
+
+def test_hanging_backend_times_out_at_its_limit_and_the_next_call_works(monkeypatch):
+    """A backend that never answers ends the caller's episode as `timeout` at the limit, not when it returns."""
+    release = threading.Event()
+    original = tools.BACKENDS["get_weather"]
+
+    def hang(world, args):
+        release.wait(60)  # a service that never answers (released at the end so the thread ends)
+        return original(world, args)
+
+    env, _ = _weather_env()
+    env.opts = type(env.opts)(split="basic", tool_timeout_s=0.2)
+    monkeypatch.setitem(tools.BACKENDS, "get_weather", hang)
+    start = time.perf_counter()
+    _, rew, term, _, infos = env.step({"agent_0": env.expert_action("agent_0")})
+    waited = time.perf_counter() - start
+    release.set()
+    assert term["agent_0"] and infos["agent_0"]["termination_reason"] == "timeout" and rew["agent_0"] == 0.0
+    assert 0.2 <= waited < 1.0, waited
+    monkeypatch.setitem(tools.BACKENDS, "get_weather", original)
+    env, _ = _weather_env()  # a fresh worker serves the next call
+    _, _, term, _, infos = env.step({"agent_0": env.expert_action("agent_0")})
+    assert not term["agent_0"]
 
 
 def test_agents_finish_at_different_times():
