@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteError as err:
         print(f"marl {command}: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM during RL (a resume point was written first)
+        print(f"marl {command}: {err or 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 - `choices`: the closed sets of choices as `Literal` types, and what each algorithm needs.
 - `checks`: `ConfigError` and the checks every section uses.
-- `sections`: policy, warm start, RL, critic, opponent model, opponent pool, comms, tracking.
+- `sections`: policy, warm start, RL, critic, opponent model, opponent pool, comms, resume points, tracking.
 - `curriculum`: curriculum stages and the rules that move a run between them.
 - `train`: `TrainConfig`, and the checks that span sections.
 - `commands`: the configs of `marl eval` and `marl compare`.
@@ -15,6 +15,7 @@ from marl.config.checks import ConfigError
 from marl.config.commands import CompareConfig, EvalConfig
 from marl.config.curriculum import CurriculumConfig
 from marl.config.sections import (
+    CheckpointConfig,
     CommsConfig,
     CriticConfig,
     OpponentModelConfig,
@@ -26,5 +27,5 @@ from marl.config.sections import (
 )
 from marl.config.train import TrainConfig
 
-__all__ = ["CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "CurriculumConfig", "EvalConfig", "OpponentModelConfig",
+__all__ = ["CheckpointConfig", "CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "CurriculumConfig", "EvalConfig", "OpponentModelConfig",
            "OpponentPoolConfig", "PolicyConfig", "RLConfig", "TrackingConfig", "TrainConfig", "WarmStartConfig"]

@@ -344,3 +344,19 @@ class TrackingConfig(SelfChecking):
         require(bool(self.experiment), "experiment must not be empty")
         positive("transcripts", self.transcripts, allow_zero=True)
         return self
+
+
+@dataclass
+class CheckpointConfig(SelfChecking):
+    """Resume points: everything a killed run needs to continue exactly where it was."""
+
+    every: int = 10
+    """RL iterations between resume points (one also comes after SFT and at the end; 0: none at all)."""
+    keep: int = 2
+    """Resume points kept on disk, the newest (older ones are deleted once a newer one is complete)."""
+
+    def validate(self) -> CheckpointConfig:
+        """Check this section's fields; raise ConfigError naming the field and the fix."""
+        positive("every", self.every, allow_zero=True)
+        require(isinstance(self.keep, int) and self.keep >= 1, f"keep={self.keep}: keep at least 1 resume point")
+        return self

@@ -21,6 +21,7 @@ from marl.config.checks import ConfigError, SelfChecking, one_of, positive, requ
 from marl.config.choices import ALGORITHM_NEEDS, Algo, PolicyMapping, options
 from marl.config.curriculum import CurriculumConfig
 from marl.config.sections import (
+    CheckpointConfig,
     CommsConfig,
     CriticConfig,
     OpponentModelConfig,
@@ -60,6 +61,9 @@ class TrainConfig(SelfChecking):
     """Folder for checkpoints and the tokenizer cache."""
     config: str | None = None
     """Optional YAML file with the same fields; command-line flags override it."""
+    resume: str | None = None
+    """Continue a killed run from a resume point (`<output_dir>/<run_id>/resume/it-N`, or the run's folder for
+    its newest): its saved config and MLflow run are used, and every other flag is ignored."""
     # No flag: tyro cannot parse `dict[str, Any]` from the command line; YAML is the one way to set it.
     scenario_options: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
     """Extra scenario options passed to `scenarios.make` (YAML only, e.g. `train_mix: [1, 0, 0]`)."""
@@ -79,6 +83,8 @@ class TrainConfig(SelfChecking):
     """Who shares observations with whom during rollouts; `none` leaves the scenario as is."""
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     """Stages of team size or difficulty that RL moves through on success (none by default)."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Resume points during training (`resume` continues from one)."""
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
     """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
 
@@ -99,7 +105,7 @@ class TrainConfig(SelfChecking):
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""
         for section in (self.policy, self.sft, self.rl, self.critic, self.opponent, self.pool, self.comms,
-                        self.curriculum, self.tracking):
+                        self.curriculum, self.checkpoint, self.tracking):
             section.validate()
         self._check_scenario()
         self._check_curriculum()

@@ -120,12 +120,13 @@ def saved_tokenizer(model_spec: str) -> Any | None:
 
 
 def build_policy(cfg: TrainConfig, make_env: EnvFactory, out_dir: Path, rng: np.random.Generator,
-                 more_envs: tuple[EnvFactory, ...] = ()) -> tuple[Any, Any, Any]:
+                 more_envs: tuple[EnvFactory, ...] = (), tokenizer: Any = None) -> tuple[Any, Any, Any]:
     """The tokenizer, the model and the policy around them: a preset gets the offline tokenizer (cached)
     and random weights; a checkpoint folder comes with the tokenizer it was trained with, whatever the
     seed (a tokenizer trained on another seed's corpus would read its ids as other text). `more_envs`:
-    further factories whose text the tokenizer's corpus also holds (a curriculum's stages)."""
-    tokenizer = saved_tokenizer(cfg.policy.model)
+    further factories whose text the tokenizer's corpus also holds (a curriculum's stages); `tokenizer`:
+    the one to use (a resumed run's own)."""
+    tokenizer = tokenizer if tokenizer is not None else saved_tokenizer(cfg.policy.model)
     if tokenizer is None:
         tokenizer = build_tokenizer(make_env, out_dir, cfg.policy, rng, more_envs)
     else:

@@ -125,7 +125,14 @@ class CurriculumRun:
         return self.stages[max([self.curriculum.stage, *(m.target for m in self.curriculum.history)])]
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.curriculum.state_dict(), "env_steps": self.trace[-1]["env_steps"] if self.trace else 0.0, "trace": self.trace}
+        return {**self.curriculum.state_dict(), "env_steps": self.trace[-1]["env_steps"] if self.trace else 0.0,
+                "trace": self.trace, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Carry on from `state_dict()` (a resumed run): the stage and its window, the trace, the stage draws."""
+        self.curriculum.load_state_dict(state)
+        self.trace = [dict(row) for row in state["trace"]]
+        self.rng.bit_generator.state = state["rng"]
 
     def draw(self, path: Path) -> Path:
         """A PNG of the team size and success (window and per stage) against env steps, moves marked."""

@@ -1,8 +1,9 @@
 """MLflow tracking of one run: params, batched metrics, transcripts and checkpoints as artifacts.
 
 Metrics of a step go in one `log_batch` call (one call per metric is far slower into sqlite). The run is
-ended FINISHED on success, FAILED on an exception and KILLED on Ctrl-C or SIGTERM, so nothing logged
-before a crash is lost and no run is left RUNNING.
+ended FINISHED on success, FAILED on an exception (its traceback an artifact, `error/traceback.txt`) and
+KILLED on Ctrl-C or SIGTERM, so nothing logged before a crash is lost and no run is left RUNNING. A
+resumed run reopens its run (RUNNING again) instead of creating one.
 A new experiment gets a pinned artifact location, so artifacts never land wherever the current
 directory happens to be. Metric names are checked against MLflow's allowed characters up front.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,16 @@ def resolve_artifact_location(location: str) -> str:
 class Tracker:
     """One MLflow run; use as a context manager."""
 
-    def __init__(self, tracking_uri: str, experiment: str, run_name: str | None, artifact_location: str) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, run_name: str | None, artifact_location: str,
+                 run_id: str | None = None) -> None:
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
+        if run_id is not None:  # a resumed run: the same run, RUNNING again, its metrics continue at later steps
+            self.run = self.client.get_run(run_id)
+            self.experiment_id = self.run.info.experiment_id
+            self.run_id = run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return
         exp = self.client.get_experiment_by_name(experiment)
         if exp is None:
             exp_id = self.client.create_experiment(experiment, artifact_location=resolve_artifact_location(artifact_location))
@@ -52,6 +61,8 @@ class Tracker:
         try:
             if exc_type is not None:
                 self.set_tags({"error": f"{exc_type.__name__}: {exc}"[:4000]})
+            if exc_type is not None and not interrupted:
+                self.log_text("".join(traceback.format_exception(exc_type, exc, tb)), "error/traceback.txt")
         finally:
             self.client.set_terminated(self.run_id, status=status)
 

@@ -23,18 +23,16 @@ from marl.config import TrainConfig
 from marl.config.files import flatten
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
-from marl.engine.learner import Learner
 from marl.engine.opponent import DemoHints, prediction_metrics
-from marl.engine.policy_map import PolicyMap, policy_id
+from marl.engine.policy_map import PolicyMap
 from marl.engine.rollout import RolloutWorker, task_groups
 from marl.engine.sequences import subset
 from marl.engine.summary import summarize
 from marl.run.build import (
     attach_opponent_head,
-    build_critic,
     build_policy,
     build_policy_map,
-    frozen_reference,
+    clone_policy,
     seed_everything,
     train_env_factory,
     train_seeds,
@@ -42,8 +40,10 @@ from marl.run.build import (
 from marl.run.checkpoint import CheckpointMeta, TokenizerInfo, package_versions, save_checkpoint
 from marl.run.curriculum import CurriculumRun, stage_factory
 from marl.run.evaluate import evaluate, transcript_text
+from marl.run.learners import ResumeWriter, build_learners, newcomer_learner, restore_trainer, role_function
 from marl.run.memory import peak_rss_gb, trim_heap
 from marl.run.pool import PoolRun
+from marl.run.resume import DeferredStop, ResumePoint, load_resume_point
 from marl.run.sft import conversations, demonstration_episodes, imitable, perturbed_fraction, run_sft
 from marl.run.tracking import Tracker
 from policies.chat import ChatFormat
@@ -85,6 +85,11 @@ def log_topology(cfg: TrainConfig, tr: Tracker, make_env: Any, out_dir: Path) ->
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag."""
+    point = load_resume_point(cfg.resume) if cfg.resume else None
+    if point is not None:
+        cfg = point.config()
+        print(f"resuming run {point.run_id} after RL iteration {point.iteration} from {point.folder} "
+              "(its saved config; other flags are ignored)", flush=True)
     cfg = cfg.validate().resolved()  # checked once; resolving only fills in defaults
     seed_everything(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -93,33 +98,52 @@ def train(cfg: TrainConfig) -> TrainResult:
     # SFT's demonstrations and the tokenizer's first texts come from the first stage (its split and options too)
     make_env = train_env_factory(cfg, cfg.train_split) if curriculum is None else curriculum.first_factory
     run_name = cfg.tracking.run_name
-    with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location) as tr:
-        tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
-        tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
+    with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location,
+                 run_id=point.run_id if point is not None else None) as tr:
+        if point is None:
+            tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
+            tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
+        else:
+            tr.set_tags({"resumed_after_iteration": str(point.iteration)})
         stage_envs = curriculum.factories if curriculum is not None else {}
-        tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng, tuple(stage_envs.values())[1:])
+        tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng, tuple(stage_envs.values())[1:],
+                                                tokenizer=point.tokenizer() if point is not None else None)
         attach_opponent_head(cfg, policy, make_env)
         chat = ChatFormat(tokenizer)
         worker = RolloutWorker(make_env, policy, chat, max_rows=cfg.rl.rollout_rows, variants=stage_envs)
-        tr.log_params({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer)),
-                       "device": str(model.device)})
-        log_topology(cfg, tr, make_env, out_root / tr.run_id / "comms")
+        if point is None:
+            tr.log_params({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer)),
+                           "device": str(model.device)})
+            log_topology(cfg, tr, make_env, out_root / tr.run_id / "comms")
         print(f"run_id: {tr.run_id} ({run_name}); model {count_parameters(model):,} params, vocab {len(tokenizer)}",
               flush=True)
+        demo_rng = point.state["demo_rng"] if point is not None else dict(rng.bit_generator.state)
         demos = None
-        if cfg.sft.seconds > 0:
+        if cfg.sft.seconds > 0 and point is None:
             demos = _warm_start(cfg, tr, worker, chat, policy, tokenizer, rng)
         # Every policy of a mapping starts from the same warm start, then each learns on its own agents.
         policies = build_policy_map(cfg.policy_mapping, cfg.scenario, policy, make_env)
+        if point is not None:  # a curriculum's newcomers get their places back (their weights come with the learners)
+            first = next(iter(policies.policies.values()))
+            for pid in point.state["learners"]:
+                policies.policies.setdefault(pid, clone_policy(first))
         worker.policies = policies
         pool = PoolRun(cfg, make_env, policies) if cfg.pool.sampling != "off" else None
         last_iteration, critics = 0, {}
         if cfg.iterations > 0 and cfg.rl.seconds > 0:
             if cfg.rl.ptx_coef > 0 and demos is None:
-                demos = demonstrations(chat, demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes),
+                drawn = np.random.default_rng()
+                drawn.bit_generator.state = demo_rng  # the draws SFT made (or would have made)
+                demos = demonstrations(chat, demonstration_episodes(worker, train_seeds(drawn, cfg.sft.episodes),
                                                                     noise=cfg.sft.demo_noise, seed=cfg.seed),
                                        demo_hints(cfg, policy))
-            last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool, curriculum)
+                if point is None:
+                    rng.bit_generator.state = drawn.bit_generator.state
+            writer = ResumeWriter(cfg, out_root / tr.run_id, tr.run_id, tokenizer, demo_rng, enabled=pool is None)
+            if pool is not None and cfg.checkpoint.every > 0:
+                print("no resume points: resuming a run with an opponent pool is not supported yet", flush=True)
+            last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool, curriculum,
+                                                 writer, point)
         ckpt_dir = out_root / tr.run_id / "checkpoint"
         ids = list(policies.policies)
         meta = checkpoint_meta(cfg, tokenizer, tuple(ids), tr.run_id, last_iteration,
@@ -196,58 +220,14 @@ def demo_hints(cfg: TrainConfig, policy: Any) -> DemoHints | None:
     return DemoHints(head.classes, head.slots, cfg.opponent.hint_noise, cfg.seed)
 
 
-def demos_for(demos: dict[str, list[Any]] | None, owner: dict[str, str], pid: str) -> dict[str, list[Any]] | None:
-    """The demonstrations of the agents that policy `pid` plays."""
-    if demos is None:
-        return None
-    keep = [i for i, agent in enumerate(demos["agents"]) if owner.get(agent) == pid]
-    return {key: [demos[key][i] for i in keep] for key in ("input_ids", "assistant_masks")}
-
-
-def role_function(cfg: TrainConfig, *make_envs: Any) -> Any:
-    """Agent -> normalization key: the agent itself, or its team (`rl.normalize_by role`), for the agents of
-    every env factory given (a curriculum's stages bring further agents)."""
-    if cfg.rl.normalize_by == "agent":
-        return _identity
-    kind = scenarios.info(cfg.scenario).kind
-    roles = {}
-    for make_env in make_envs:
-        env = make_env()
-        env.reset(seed=0)
-        roles.update({agent: policy_id("team", env, agent, kind) for agent in env.possible_agents})
-    return roles.__getitem__
-
-
-def _identity(agent: str) -> str:
-    return agent
-
-
-def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any, make_env: Any) -> dict[str, Learner]:
-    """One learner per policy, each with its own optimizer, reference, KL controller, critic and demonstrations."""
-    probe = make_env()
-    probe.reset(seed=0)
-    owner = {agent: policies.policy_of(probe, agent) for agent in probe.possible_agents}
-    return {pid: Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
-                         seed=cfg.seed + k, critic=build_critic(cfg, policy, chat, seed=cfg.seed + k),
-                         demonstrations=demos_for(demos, owner, pid))
-            for k, (pid, policy) in enumerate(policies.policies.items())}
-
-
-def newcomer_learner(cfg: TrainConfig, policy: Any, source: Learner, chat: Any, seed: int) -> Learner:
-    """The learner of a policy copied from `source`'s (a curriculum's newcomer): a fresh optimizer, the
-    source's KL reference (the same warm start) and a copy of its critic."""
-    critic = build_critic(cfg, policy, chat, seed=seed)
-    if critic is not None:
-        critic.model.load_state_dict(source.critic.model.state_dict())
-    return Learner(policy, source.reference, cfg.rl, cfg.policy.router_aux_loss_coef, seed=seed, critic=critic)
-
-
 def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: PolicyMap, chat: Any,
-               demos: Any, rng: np.random.Generator, pool: PoolRun | None = None,
-               curriculum: CurriculumRun | None = None) -> tuple[int, dict[str, Any]]:
+               demos: Any, rng: np.random.Generator, pool: PoolRun | None, curriculum: CurriculumRun | None,
+               writer: ResumeWriter, point: ResumePoint | None) -> tuple[int, dict[str, Any]]:
     """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics.
     With an opponent pool the learner plays one side of each task and a pool entry the others; with a
-    curriculum each task plays the stage it draws, and a promotion may bring newcomers' policies."""
+    curriculum each task plays the stage it draws, and a promotion may bring newcomers' policies.
+    Resume points go to `writer` (before the first iteration, every `checkpoint.every`, at the end and on
+    Ctrl-C / SIGTERM, which then stop the run); from `point` the run carries on after its iteration."""
     algo = algorithms.get(cfg.algo)
     learners = build_learners(cfg, policies, chat, demos, worker.make_env)
     role_of = role_function(cfg, *worker.factories.values())
@@ -255,53 +235,67 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     # A critic warm-up's iterations fit the value on the warm-started policy's own play before any policy step
     # (config validation keeps it 0 for critic-free algorithms).
     warm_critic_until = cfg.critic.warmup_iterations
-    start = time.perf_counter()
-    bar = tqdm(range(1, cfg.iterations + 1), desc="rl", unit="it")
-    it = env_steps = 0
-    for it in bar:
-        task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
-        collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic)
-        if pool is not None:
-            batch = pool.collect(worker, task_seeds, cfg.rl.group_size, **collect)
-        elif curriculum is not None:
-            batch = curriculum.collect(worker, task_seeds, cfg.rl.group_size, **collect)
-        else:
-            batch = worker.collect(*task_groups(task_seeds, cfg.rl.group_size), **collect)
-        env_steps += batch.env_steps
-        t0 = time.perf_counter()
-        metrics = summarize(batch if pool is None else subset(batch, lambda ep: ep.policy in learners))
-        per_policy: dict[str, dict[str, float]] = {}
-        # A policy learns from its own agents' episodes only (never from a scripted or pool seat's).
-        whole = len(learners) == 1 and all(ep.policy in learners for ep in batch.episodes)
-        for pid, learner in learners.items():
-            part = batch if whole else subset(batch, lambda ep, pid=pid: ep.policy == pid)
-            adv = algo.advantages(part, learner.critic, cfg.rl.gamma, cfg.rl.gae_lambda, role_of, baselines.get(pid))
-            learner.opponent_weight = cfg.opponent.weight(it - 1, cfg.iterations)
-            per_policy[pid] = {**adv.metrics(), **learner.update(part, adv, train_policy=warm_critic_until < it)}
-        metrics.update(merge_policy_metrics(per_policy))
-        metrics["perf/update_seconds"] = time.perf_counter() - t0
-        metrics["perf/rollout_seconds"] = batch.seconds
-        metrics["progress/env_steps"] = float(env_steps)
-        if curriculum is not None:
-            move = curriculum.after_batch(batch, it, env_steps)
-            if move is not None and move.target > move.source:
-                for pid, source in curriculum.newcomers(policies, curriculum.stages[move.target]):
-                    learners[pid] = newcomer_learner(cfg, policies[pid], learners[source], chat, cfg.seed + len(learners))
-                    if cfg.rl.baseline == "running":
-                        baselines[pid] = RunningBaseline()
-            metrics.update(curriculum.metrics())
-        del batch, part, adv  # the iteration's records, before the freed heap goes back
-        trim_heap()
-        if pool is not None:
-            pool.after_iteration(it)
-            metrics.update(pool.metrics())
-        metrics["perf/elapsed_s"] = time.perf_counter() - start
-        metrics["perf/peak_rss_gb"] = peak_rss_gb()
-        metrics.update(comms_metrics(worker))
-        tr.log_metrics(metrics, step=it)
-        bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")
-        if time.perf_counter() - start >= cfg.rl.seconds:
-            break
+    first, env_steps, spent = 0, 0, 0.0
+    if point is not None:
+        restore_trainer(point.state, learners, baselines, rng, curriculum)
+        first, env_steps, spent = point.iteration, int(point.info["env_steps"]), float(point.info["rl_seconds"])
+    else:
+        writer.save(0, 0, 0.0, learners, baselines, rng, curriculum)
+    start = time.perf_counter() - spent
+    bar = tqdm(range(first + 1, cfg.iterations + 1), desc="rl", unit="it", initial=first, total=cfg.iterations)
+    it = first
+    with DeferredStop() as stop:
+        for it in bar:
+            task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
+            collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic)
+            if pool is not None:
+                batch = pool.collect(worker, task_seeds, cfg.rl.group_size, **collect)
+            elif curriculum is not None:
+                batch = curriculum.collect(worker, task_seeds, cfg.rl.group_size, **collect)
+            else:
+                batch = worker.collect(*task_groups(task_seeds, cfg.rl.group_size), **collect)
+            env_steps += batch.env_steps
+            t0 = time.perf_counter()
+            metrics = summarize(batch if pool is None else subset(batch, lambda ep: ep.policy in learners))
+            per_policy: dict[str, dict[str, float]] = {}
+            # A policy learns from its own agents' episodes only (never from a scripted or pool seat's).
+            whole = len(learners) == 1 and all(ep.policy in learners for ep in batch.episodes)
+            for pid, learner in learners.items():
+                part = batch if whole else subset(batch, lambda ep, pid=pid: ep.policy == pid)
+                adv = algo.advantages(part, learner.critic, cfg.rl.gamma, cfg.rl.gae_lambda, role_of, baselines.get(pid))
+                learner.opponent_weight = cfg.opponent.weight(it - 1, cfg.iterations)
+                per_policy[pid] = {**adv.metrics(), **learner.update(part, adv, train_policy=warm_critic_until < it)}
+            metrics.update(merge_policy_metrics(per_policy))
+            metrics["perf/update_seconds"] = time.perf_counter() - t0
+            metrics["perf/rollout_seconds"] = batch.seconds
+            metrics["progress/env_steps"] = float(env_steps)
+            if curriculum is not None:
+                move = curriculum.after_batch(batch, it, env_steps)
+                if move is not None and move.target > move.source:
+                    for pid, source in curriculum.newcomers(policies, curriculum.stages[move.target]):
+                        learners[pid] = newcomer_learner(cfg, policies[pid], learners[source], chat, cfg.seed + len(learners))
+                        if cfg.rl.baseline == "running":
+                            baselines[pid] = RunningBaseline()
+                metrics.update(curriculum.metrics())
+            del batch, part, adv  # the iteration's records, before the freed heap goes back
+            trim_heap()
+            if pool is not None:
+                pool.after_iteration(it)
+                metrics.update(pool.metrics())
+            metrics["perf/elapsed_s"] = time.perf_counter() - start
+            metrics["perf/peak_rss_gb"] = peak_rss_gb()
+            metrics.update(comms_metrics(worker))
+            tr.log_metrics(metrics, step=it)
+            bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")
+            out_of_time = time.perf_counter() - start >= cfg.rl.seconds
+            last = out_of_time or it == cfg.iterations or stop.signum is not None
+            if last or writer.due(it):
+                folder = writer.save(it, env_steps, time.perf_counter() - start, learners, baselines, rng, curriculum)
+                if stop.signum is not None:
+                    raise KeyboardInterrupt(f"stopped by signal {stop.signum} after RL iteration {it}"
+                                            + (f"; continue it with: marl train --resume {folder}" if folder else ""))
+            if out_of_time:
+                break
     bar.close()
     return it, {pid: lr.critic.model for pid, lr in learners.items() if lr.critic is not None}
 

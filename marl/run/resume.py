@@ -1,0 +1,177 @@
+"""Resume points: a training run's whole state on disk, written atomically, and read back to continue it.
+
+A resume point is a folder `<output_dir>/<run_id>/resume/it-<N>/` written after RL iteration N (N=0:
+after SFT, before RL): the tokenizer, `trainer.pt` (every learner's state from
+`marl.engine.learner_state`: weights, KL reference, optimizers, KL controller, generators; running
+baselines; the run's task-seed generator and the one demonstrations were drawn from; the python,
+numpy and torch global generators; a curriculum's state) and `resume.json` (iteration, env steps,
+RL seconds spent, MLflow run id, the resolved config). The folder is written under a temporary name,
+flushed to disk and renamed into place, so a kill during a save leaves the previous point as it was;
+`resume.json` is the last file written, so a folder without it is never read as a point. The newest
+`keep` points are kept.
+
+`trainer.pt` is read with `torch.load(weights_only=True)`: tensors, numbers, strings and containers
+only, nothing is unpickled into code.
+
+It leaves out the opponent pool (a run with one writes no resume points and says so) and the
+training loop itself (`marl.run.train`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from marl.config import TrainConfig
+from marl.config.files import from_dict
+from marl.run.checkpoint import CheckpointError
+
+RESUME_DIR = "resume"
+STATE_FILE = "trainer.pt"
+INFO_FILE = "resume.json"
+
+
+@dataclass
+class ResumePoint:
+    """A resume point read back: where it is, its record and its state."""
+
+    folder: Path
+    info: dict[str, Any]
+    state: dict[str, Any]
+
+    @property
+    def iteration(self) -> int:
+        return int(self.info["iteration"])
+
+    @property
+    def run_id(self) -> str:
+        return str(self.info["run_id"])
+
+    def config(self) -> TrainConfig:
+        """The resolved config the run was started with (never itself resuming)."""
+        return dataclasses.replace(from_dict(TrainConfig, self.info["config"]), resume=None)
+
+    def tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(self.folder))
+
+
+def global_generators() -> dict[str, Any]:
+    """The python, numpy and torch global generators' states, as plain data."""
+    legacy = np.random.get_state()
+    return {"python": random.getstate(), "numpy": [legacy[0], legacy[1].tolist(), *legacy[2:]],
+            "torch": torch.get_rng_state()}
+
+
+def restore_global_generators(state: dict[str, Any]) -> None:
+    random.setstate(_tuples(state["python"]))
+    kind, key, *rest = state["numpy"]
+    np.random.set_state((kind, np.asarray(key, dtype=np.uint32), *rest))
+    torch.set_rng_state(state["torch"])
+
+
+def _tuples(value: Any) -> Any:
+    """`random.setstate` wants the tuples it gave (a round trip may hand back lists)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_resume_point(run_dir: Path, info: dict[str, Any], state: dict[str, Any], tokenizer: Any,
+                      keep: int) -> Path:
+    """Write the point of iteration `info["iteration"]` atomically and keep the newest `keep`; returns it."""
+    root = Path(run_dir) / RESUME_DIR
+    folder = root / f"it-{int(info['iteration']):06d}"
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tokenizer.save_pretrained(tmp)
+    torch.save(state, tmp / STATE_FILE)
+    (tmp / INFO_FILE).write_text(json.dumps(info, indent=1, default=str))  # last: marks the point complete
+    for item in tmp.iterdir():
+        if item.is_file():
+            _fsync(item)
+    _fsync(tmp)
+    if folder.exists():  # the same iteration again (the end of a run that just saved it): replace it whole
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+    _fsync(root)
+    for old in points(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+def points(root: Path) -> list[Path]:
+    """The complete resume points under a `resume` folder, oldest first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("it-") and not p.name.endswith(".tmp")
+             and (p / INFO_FILE).is_file() and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("it-")))
+
+
+def find_resume_point(path: str | Path) -> Path:
+    """A resume point folder from a point, a `resume` folder or a run folder (its newest point)."""
+    path = Path(path).expanduser()
+    if (path / INFO_FILE).is_file():
+        return path
+    for root in (path, path / RESUME_DIR):
+        found = points(root)
+        if found:
+            return found[-1]
+    raise CheckpointError(f"{path} holds no resume point (a folder with {INFO_FILE} and {STATE_FILE}, or a run folder "
+                          f"with {RESUME_DIR}/it-N): pass <output_dir>/<run_id> of the run to continue")
+
+
+def load_resume_point(path: str | Path) -> ResumePoint:
+    folder = find_resume_point(path)
+    try:
+        info = json.loads((folder / INFO_FILE).read_text())
+        state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)
+    except (OSError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{folder} does not read as a resume point ({err}); pass an older one") from None
+    return ResumePoint(folder, info, state)
+
+
+class DeferredStop:
+    """Ctrl-C or SIGTERM during RL asks the loop to stop after the iteration under way (so that a resume
+    point can be written first); a second one stops at once. Outside the main thread it does nothing."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> DeferredStop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"signal {signum} again: stopping at once")
+        self.signum = signum
+        print(f"\nsignal {signum}: stopping after this iteration, with a resume point (again to stop at once)",
+              flush=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)

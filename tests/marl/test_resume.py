@@ -1,0 +1,166 @@
+"""Resume points: a run continued from one ends bit-identical to a run never stopped; saves are atomic.
+
+The in-process tests resume from an intermediate point of a finished run (what a killed run leaves);
+the slow test kills real `marl train` subprocesses with SIGKILL at random moments and resumes them.
+"""
+
+import dataclasses
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from run_helpers import tiny
+from safetensors.torch import load_file
+
+from marl.run import resume as resume_mod
+from marl.run.checkpoint import CheckpointError
+from marl.run.resume import find_resume_point, load_resume_point, points
+from marl.run.train import train
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for f in sorted(checkpoint.rglob("*.safetensors")):
+        out.update({f"{f.relative_to(checkpoint)}:{k}": v for k, v in load_file(f).items()})
+    return out
+
+
+def assert_identical(a: Path | dict[str, torch.Tensor], b: Path) -> None:
+    wa, wb = weights(a) if isinstance(a, Path) else a, weights(b)
+    assert wa.keys() == wb.keys() and wa
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), key
+
+
+def run_cfg(tmp_path, **fields):
+    cfg = tiny(tmp_path, **fields)
+    cfg.iterations, cfg.eval_episodes = 4, 0
+    cfg.rl.ptx_coef = 0.1  # demonstrations drawn again on resume must be the same ones
+    cfg.checkpoint.every, cfg.checkpoint.keep = 1, 10
+    return cfg
+
+
+@pytest.mark.parametrize("algo", ["grpo", pytest.param("mappo", marks=pytest.mark.slow)])
+def test_a_run_resumed_from_a_middle_point_ends_bit_identical(tmp_path, algo):
+    whole = train(run_cfg(tmp_path / "whole", algo=algo))
+    run_dir = whole.checkpoint.parent
+    found = points(run_dir / "resume")
+    assert [p.name for p in found] == [f"it-{i:06d}" for i in range(5)]  # after SFT, then every iteration
+    expected = weights(whole.checkpoint)
+    shutil.rmtree(whole.checkpoint)  # the resumed run writes it again (its saved config names the same folder)
+    for later in found[3:]:
+        shutil.rmtree(later)
+    resumed = train(dataclasses.replace(run_cfg(tmp_path / "other"), resume=str(found[2])))
+    assert resumed.run_id == whole.run_id  # the same MLflow run, continued
+    assert_identical(expected, resumed.checkpoint)
+    client = MlflowClient(run_cfg(tmp_path / "whole").tracking.tracking_uri)
+    run = client.get_run(whole.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["resumed_after_iteration"] == "2"
+    steps = [m.step for m in client.get_metric_history(whole.run_id, "progress/env_steps")]
+    assert sorted(set(steps)) == [1, 2, 3, 4]
+
+
+def test_keep_prunes_old_points_and_a_kill_during_a_save_leaves_the_previous_one(tmp_path, monkeypatch):
+    cfg = run_cfg(tmp_path)
+    cfg.checkpoint.every, cfg.checkpoint.keep = 2, 2
+    run_dir = train(cfg).checkpoint.parent
+    assert [p.name for p in points(run_dir / "resume")] == ["it-000002", "it-000004"]
+    good = find_resume_point(run_dir)  # a run folder finds its newest point
+    assert good.name == "it-000004"
+    with pytest.raises(CheckpointError, match="holds no resume point"):
+        find_resume_point(tmp_path)
+    before = load_resume_point(good)
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt("killed mid-save")
+
+    monkeypatch.setattr(resume_mod.torch, "save", dies)
+    with pytest.raises(KeyboardInterrupt):
+        resume_mod.save_resume_point(run_dir, dict(before.info, iteration=5), before.state, before.tokenizer(), keep=2)
+    assert (run_dir / "resume" / "it-000005.tmp").is_dir()  # the torn write is there ...
+    assert find_resume_point(run_dir) == good  # ... and never taken for a point, nor does it prune one
+    assert load_resume_point(run_dir).iteration == 4
+    assert [p.name for p in points(run_dir / "resume")] == ["it-000002", "it-000004"]
+
+
+def _train_argv(tmp_path: Path) -> list[str]:
+    return [sys.executable, "-m", "marl.cli", "train", "--scenario", "tool_use", "--iterations", "12",
+            "--sft.seconds", "600", "--sft.max-steps", "12", "--sft.episodes", "16", "--sft.batch-size", "4",
+            "--policy.device", "cpu", "--policy.tokenizer-episodes", "40", "--rl.tasks-per-iteration", "2",
+            "--rl.group-size", "2", "--eval-episodes", "0", "--checkpoint.every", "1",
+            "--output-dir", str(tmp_path / "runs"), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+            "--artifact-location", str(tmp_path / "mlruns")]
+
+
+def _only_run(tmp_path: Path) -> Path:
+    runs = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and p.name != "tokenizers"]
+    assert len(runs) == 1
+    return runs[0]
+
+
+def _wait_for_first_point(where: Path, proc: subprocess.Popen, timeout: float = 300) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = where / "runs"
+        for run in runs.iterdir() if runs.is_dir() else ():
+            if run.name != "tokenizers" and points(run / "resume"):
+                return run
+        assert proc.poll() is None, "the run ended before its first resume point"
+        time.sleep(0.05)
+    raise AssertionError("no resume point within the timeout")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[str, torch.Tensor]:
+    """The final weights of the subprocess run never stopped."""
+    where = tmp_path_factory.mktemp("whole")
+    subprocess.run(_train_argv(where), check=True, capture_output=True, timeout=600)
+    return weights(_only_run(where) / "checkpoint")
+
+
+@pytest.mark.slow
+def test_sigterm_writes_a_point_ends_killed_and_the_resumed_run_finishes_identical(tmp_path, uninterrupted):
+    proc = subprocess.Popen(_train_argv(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = _wait_for_first_point(tmp_path, proc)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "continue it with: marl train --resume" in err, err[-2000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    run = client.search_runs([client.get_experiment_by_name("marl").experiment_id])[0]
+    assert run.info.status == "KILLED"
+    stopped = load_resume_point(run_dir).iteration
+    assert stopped >= 1 and not (run_dir / "checkpoint").exists()
+    resumed = subprocess.run([*_train_argv(tmp_path), "--resume", str(run_dir)], capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"
+    assert_identical(uninterrupted, run_dir / "checkpoint")
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_ends_bit_identical(tmp_path, uninterrupted):
+    expected = uninterrupted
+    rng = random.Random(7)
+    for k in range(3):
+        where = tmp_path / f"killed{k}"
+        proc = subprocess.Popen(_train_argv(where), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_dir = _wait_for_first_point(where, proc)
+        time.sleep(rng.uniform(0.0, 3.0))  # somewhere in RL: mid-rollout, mid-update or mid-save
+        assert proc.poll() is None, "the run finished before the kill: lengthen it"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert not (run_dir / "checkpoint").exists()
+        killed_at = find_resume_point(run_dir).name
+        resumed = subprocess.run([*_train_argv(where), "--resume", str(run_dir)], capture_output=True, text=True,
+                                 timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert f"after RL iteration {int(killed_at.removeprefix('it-'))}" in resumed.stdout
+        assert_identical(expected, run_dir / "checkpoint")
