@@ -116,11 +116,12 @@ class ResumeWriter:
         every = self.cfg.checkpoint.every
         return self.enabled and every > 0 and iteration % every == 0
 
-    def save(self, iteration: int, env_steps: int, rl_seconds: float, learners: dict[str, Learner],
+    def save(self, iteration: int, progress: dict[str, int], rl_seconds: float, learners: dict[str, Learner],
              baselines: dict[str, RunningBaseline], rng: np.random.Generator, curriculum: Any = None) -> Path | None:
+        """The point after `iteration` (`progress`: the run's env and agent step counts so far)."""
         if not self.enabled or self.cfg.checkpoint.every <= 0:
             return None
-        info = {"iteration": iteration, "env_steps": env_steps, "rl_seconds": rl_seconds, "run_id": self.run_id,
+        info = {"iteration": iteration, **progress, "rl_seconds": rl_seconds, "run_id": self.run_id,
                 "config": dataclasses.asdict(self.cfg)}
         state = trainer_state(learners, baselines, rng, self.demo_rng, curriculum)
         return save_resume_point(self.run_dir, info, state, self.tokenizer, self.cfg.checkpoint.keep)

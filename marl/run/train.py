@@ -235,12 +235,13 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     # A critic warm-up's iterations fit the value on the warm-started policy's own play before any policy step
     # (config validation keeps it 0 for critic-free algorithms).
     warm_critic_until = cfg.critic.warmup_iterations
-    first, env_steps, spent = 0, 0, 0.0
+    first, env_steps, agent_steps, spent = 0, 0, 0, 0.0
     if point is not None:
         restore_trainer(point.state, learners, baselines, rng, curriculum)
-        first, env_steps, spent = point.iteration, int(point.info["env_steps"]), float(point.info["rl_seconds"])
+        first, spent = point.iteration, float(point.info["rl_seconds"])
+        env_steps, agent_steps = int(point.info["env_steps"]), int(point.info.get("agent_steps", 0))
     else:
-        writer.save(0, 0, 0.0, learners, baselines, rng, curriculum)
+        writer.save(0, {"env_steps": 0, "agent_steps": 0}, 0.0, learners, baselines, rng, curriculum)
     start = time.perf_counter() - spent
     bar = tqdm(range(first + 1, cfg.iterations + 1), desc="rl", unit="it", initial=first, total=cfg.iterations)
     it = first
@@ -255,6 +256,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             else:
                 batch = worker.collect(*task_groups(task_seeds, cfg.rl.group_size), **collect)
             env_steps += batch.env_steps
+            agent_steps += len(batch.turns)
             t0 = time.perf_counter()
             metrics = summarize(batch if pool is None else subset(batch, lambda ep: ep.policy in learners))
             per_policy: dict[str, dict[str, float]] = {}
@@ -269,6 +271,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             metrics["perf/update_seconds"] = time.perf_counter() - t0
             metrics["perf/rollout_seconds"] = batch.seconds
             metrics["progress/env_steps"] = float(env_steps)
+            metrics["progress/agent_steps"] = float(agent_steps)
             if curriculum is not None:
                 move = curriculum.after_batch(batch, it, env_steps)
                 if move is not None and move.target > move.source:
@@ -290,7 +293,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             out_of_time = time.perf_counter() - start >= cfg.rl.seconds
             last = out_of_time or it == cfg.iterations or stop.signum is not None
             if last or writer.due(it):
-                folder = writer.save(it, env_steps, time.perf_counter() - start, learners, baselines, rng, curriculum)
+                folder = writer.save(it, {"env_steps": env_steps, "agent_steps": agent_steps}, time.perf_counter() - start,
+                                     learners, baselines, rng, curriculum)
                 if stop.signum is not None:
                     raise KeyboardInterrupt(f"stopped by signal {stop.signum} after RL iteration {it}"
                                             + (f"; continue it with: marl train --resume {folder}" if folder else ""))

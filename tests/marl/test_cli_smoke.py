@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 REQUIRED_METRICS = {
     "rollout/success_rate", "rollout/return_mean", "rollout/invalid_action_rate", "rollout/truncation_rate",
     "train/policy_loss", "train/kl", "train/entropy", "train/clip_frac", "train/grad_norm",
-    "moe/aux_loss", "moe/expert_load_entropy", "progress/env_steps",
+    "moe/aux_loss", "moe/expert_load_entropy", "progress/env_steps", "progress/agent_steps",
     "perf/tokens_per_s", "perf/env_steps_per_s", "perf/peak_rss_gb", "agent/agent_0/return",
     "eval/basic/success_rate", "eval/hard/success_rate", "eval/adversarial/success_rate",
 }

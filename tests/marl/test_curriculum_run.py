@@ -78,10 +78,13 @@ def test_a_curriculum_run_logs_moves_checkpoints_its_state_and_evaluates_each_te
     assert meta["agents"] == 3 and sorted(meta["policies"]) == ["agent_0", "agent_1", "agent_2"]
     client = mlflow.tracking.MlflowClient(result.tracking_uri)
     history = {k: [m.value for m in client.get_metric_history(result.run_id, k)]
-               for k in ("curriculum/n_agents", "curriculum/promotions", "progress/env_steps")}
+               for k in ("curriculum/n_agents", "curriculum/promotions", "progress/env_steps", "progress/agent_steps")}
     assert history["curriculum/n_agents"] == [2.0, 3.0]  # what each iteration's batch trained on
     assert history["curriculum/promotions"] == [1.0, 1.0]
     assert history["progress/env_steps"][1] > history["progress/env_steps"][0] > 0
+    # an env step of a larger team is more agent actions: the second batch (3 agents) adds more per env step
+    steps, actions = history["progress/env_steps"], history["progress/agent_steps"]
+    assert (actions[1] - actions[0]) / (steps[1] - steps[0]) > actions[0] / steps[0] >= 1.0
     final = client.get_run(result.run_id).data.metrics
     assert {"eval/basic/success_rate", "eval/n2/basic/success_rate", "eval/n3/basic/success_rate"} <= set(final)
     artifacts = [a.path for a in client.list_artifacts(result.run_id, "curriculum")]

@@ -5,6 +5,7 @@ the slow test kills real `marl train` subprocesses with SIGKILL at random moment
 """
 
 import dataclasses
+import json
 import random
 import shutil
 import signal
@@ -19,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from run_helpers import tiny
 from safetensors.torch import load_file
 
+from marl.config import CurriculumConfig
 from marl.run import resume as resume_mod
 from marl.run.checkpoint import CheckpointError
 from marl.run.resume import find_resume_point, load_resume_point, points
@@ -65,6 +67,26 @@ def test_a_run_resumed_from_a_middle_point_ends_bit_identical(tmp_path, algo):
     assert run.info.status == "FINISHED" and run.data.tags["resumed_after_iteration"] == "2"
     steps = [m.step for m in client.get_metric_history(whole.run_id, "progress/env_steps")]
     assert sorted(set(steps)) == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_a_curriculum_run_resumed_after_a_promotion_brings_its_newcomers_back_identical(tmp_path):
+    """Under agent mapping a promotion adds policies and learners; the resumed run rebuilds them from the point."""
+    def cfg_at(where):
+        cfg = run_cfg(where, scenario="repeated_game", policy_mapping="agent",
+                      curriculum=CurriculumConfig(stages=("agents=2", "agents=3"), promote_at=0.05, demote_at=0.0,
+                                                  hysteresis=0.0, window=4, min_episodes=2))
+        cfg.scenario_options, cfg.rl.ptx_coef = {"rounds": 3}, 0.0
+        return cfg
+
+    whole = train(cfg_at(tmp_path / "whole"))
+    found = points(whole.checkpoint.parent / "resume")
+    assert len(load_resume_point(found[2]).state["learners"]) == 3  # agent_2 joined at the first promotion
+    expected = weights(whole.checkpoint)
+    shutil.rmtree(whole.checkpoint)
+    resumed = train(dataclasses.replace(cfg_at(tmp_path / "other"), resume=str(found[2])))
+    assert_identical(expected, resumed.checkpoint)
+    assert json.loads((resumed.checkpoint / "curriculum.json").read_text())["promotions"] == 1
 
 
 def test_keep_prunes_old_points_and_a_kill_during_a_save_leaves_the_previous_one(tmp_path, monkeypatch):
