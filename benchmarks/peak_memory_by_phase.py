@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+import marl.run.outputs as outputs
 import marl.run.train as train
 from marl.cli.main import main
 from marl.engine.critic import Critic
@@ -74,7 +75,7 @@ def run(argv: list[str]) -> dict[str, float]:
     sampler.during(Critic, "batch_values", "critic_values")
     sampler.during(Learner, "update", "update")
     sampler.during(Learner, "_critic_step", "critic_step")
-    sampler.during(train, "_final_eval", "final_eval")
+    sampler.during(outputs, "final_eval", "final_eval")
     try:
         main(["train", *argv])
     finally:

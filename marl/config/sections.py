@@ -348,15 +348,21 @@ class TrackingConfig(SelfChecking):
 
 @dataclass
 class CheckpointConfig(SelfChecking):
-    """Resume points: everything a killed run needs to continue exactly where it was."""
+    """Resume points (everything a killed run needs to continue exactly where it was) and evaluations during training."""
 
     every: int = 10
     """RL iterations between resume points (one also comes after SFT and at the end; 0: none at all)."""
     keep: int = 2
     """Resume points kept on disk, the newest (older ones are deleted once a newer one is complete)."""
+    eval_every: int = 0
+    """RL iterations between held-out evaluations during training (0: only the final one); the best keeps its checkpoint in `<run>/best/`."""
+    eval_episodes: int = 20
+    """Held-out episodes per evaluation split in each evaluation during training (the first seeds of the split)."""
 
     def validate(self) -> CheckpointConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
         positive("every", self.every, allow_zero=True)
+        positive("eval_every", self.eval_every, allow_zero=True)
+        positive("eval_episodes", self.eval_episodes)
         require(isinstance(self.keep, int) and self.keep >= 1, f"keep={self.keep}: keep at least 1 resume point")
         return self

@@ -116,9 +116,9 @@ class ResumeWriter:
         every = self.cfg.checkpoint.every
         return self.enabled and every > 0 and iteration % every == 0
 
-    def save(self, iteration: int, progress: dict[str, int], rl_seconds: float, learners: dict[str, Learner],
+    def save(self, iteration: int, progress: dict[str, float], rl_seconds: float, learners: dict[str, Learner],
              baselines: dict[str, RunningBaseline], rng: np.random.Generator, curriculum: Any = None) -> Path | None:
-        """The point after `iteration` (`progress`: the run's env and agent step counts so far)."""
+        """The point after `iteration` (`progress`: the run's step counts so far, the best evaluation's score)."""
         if not self.enabled or self.cfg.checkpoint.every <= 0:
             return None
         info = {"iteration": iteration, **progress, "rl_seconds": rl_seconds, "run_id": self.run_id,

@@ -7,10 +7,8 @@ advantages, learner, SFT, tracking, checkpoint) live in their own modules.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +16,16 @@ import numpy as np
 from tqdm import tqdm
 
 import comms
-import scenarios
 from marl.config import TrainConfig
 from marl.config.files import flatten
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
-from marl.engine.opponent import DemoHints, prediction_metrics
+from marl.engine.opponent import DemoHints
 from marl.engine.policy_map import PolicyMap
 from marl.engine.rollout import RolloutWorker, task_groups
 from marl.engine.sequences import subset
 from marl.engine.summary import summarize
+from marl.run import outputs
 from marl.run.build import (
     attach_opponent_head,
     build_policy,
@@ -37,9 +35,7 @@ from marl.run.build import (
     train_env_factory,
     train_seeds,
 )
-from marl.run.checkpoint import CheckpointMeta, TokenizerInfo, package_versions, save_checkpoint
-from marl.run.curriculum import CurriculumRun, stage_factory
-from marl.run.evaluate import evaluate, transcript_text
+from marl.run.curriculum import CurriculumRun
 from marl.run.learners import ResumeWriter, build_learners, newcomer_learner, restore_trainer, role_function
 from marl.run.memory import peak_rss_gb, trim_heap
 from marl.run.pool import PoolRun
@@ -144,40 +140,17 @@ def train(cfg: TrainConfig) -> TrainResult:
                 print("no resume points: resuming a run with an opponent pool is not supported yet", flush=True)
             last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool, curriculum,
                                                  writer, point)
-        ckpt_dir = out_root / tr.run_id / "checkpoint"
-        ids = list(policies.policies)
-        meta = checkpoint_meta(cfg, tokenizer, tuple(ids), tr.run_id, last_iteration,
-                               agents=curriculum.furthest().agents if curriculum is not None else None)
-        heads = {"" if k == 0 else pid: policies[pid].opponent_head for k, pid in enumerate(ids)
-                 if policies[pid].opponent_head is not None}
-        save_checkpoint(ckpt_dir, policies[ids[0]].model, tokenizer, meta,
-                        extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics, heads=heads,
-                        pool=pool.pool if pool is not None else None,
-                        curriculum=curriculum.state_dict() if curriculum is not None else None)
+        ckpt_dir = outputs.write_checkpoint(out_root / tr.run_id / "checkpoint", cfg, tokenizer, policies, tr.run_id,
+                                            last_iteration, critics, pool, curriculum)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
         if curriculum is not None and curriculum.trace:
             tr.log_artifacts(curriculum.draw(out_root / tr.run_id / "curriculum" / "curriculum.png").parent,
                              "curriculum")
-        final = _final_eval(cfg, tr, policies, chat, last_iteration, pool, curriculum)
+        final = outputs.final_eval(cfg, tr, policies, chat, last_iteration, pool, curriculum)
     print(f"run_id: {tr.run_id}")
     print(f"checkpoint: {ckpt_dir}")
     print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
     return TrainResult(tr.run_id, ckpt_dir, cfg.tracking.tracking_uri, final)
-
-
-def checkpoint_meta(cfg: TrainConfig, tokenizer: Any, policies: tuple[str, ...], run_id: str,
-                    iteration: int, agents: int | None = None) -> CheckpointMeta:
-    """The metadata record of a resolved training config's checkpoint; `agents`: the team size it records
-    (default the config's; a curriculum's furthest stage)."""
-    entities = len(scenarios.make(cfg.scenario, n_agents=cfg.agents, **cfg.scenario_options).entity_vocabulary())
-    return CheckpointMeta(
-        scenario=cfg.scenario, agents=agents or cfg.agents, model=cfg.policy.model,
-        tokenizer=TokenizerInfo("offline-bpe", len(tokenizer), merges_budget=cfg.policy.vocab_size, entities=entities),
-        policy_mapping=cfg.policy_mapping, policies=policies, algo=cfg.algo,
-        critic_view=cfg.critic.state_view if algorithms.get(cfg.algo).critic is not None else None,
-        constrained=cfg.policy.constrained, temperature=cfg.policy.temperature,
-        max_new_tokens=cfg.policy.max_new_tokens, run_id=run_id, seed=cfg.seed, iteration=iteration,
-        scenario_options=dict(cfg.scenario_options), comms=dataclasses.asdict(cfg.comms), versions=package_versions())
 
 
 def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any, policy: Any, tokenizer: Any,
@@ -236,12 +209,20 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     # (config validation keeps it 0 for critic-free algorithms).
     warm_critic_until = cfg.critic.warmup_iterations
     first, env_steps, agent_steps, spent = 0, 0, 0, 0.0
+    periodic = outputs.PeriodicEval(cfg, chat, writer.run_dir)
     if point is not None:
         restore_trainer(point.state, learners, baselines, rng, curriculum)
         first, spent = point.iteration, float(point.info["rl_seconds"])
         env_steps, agent_steps = int(point.info["env_steps"]), int(point.info.get("agent_steps", 0))
+        periodic.best = float(point.info.get("best_eval", -1.0))
     else:
         writer.save(0, {"env_steps": 0, "agent_steps": 0}, 0.0, learners, baselines, rng, curriculum)
+
+    def critics() -> dict[str, Any]:
+        return {pid: lr.critic.model for pid, lr in learners.items() if lr.critic is not None}
+
+    def save_best(folder: Path) -> None:
+        outputs.write_checkpoint(folder, cfg, writer.tokenizer, policies, writer.run_id, it, critics(), pool, curriculum)
     start = time.perf_counter() - spent
     bar = tqdm(range(first + 1, cfg.iterations + 1), desc="rl", unit="it", initial=first, total=cfg.iterations)
     it = first
@@ -290,18 +271,20 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             metrics.update(comms_metrics(worker))
             tr.log_metrics(metrics, step=it)
             bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")
+            if periodic.due(it):
+                periodic(tr, policies, it, curriculum, save_best)
             out_of_time = time.perf_counter() - start >= cfg.rl.seconds
             last = out_of_time or it == cfg.iterations or stop.signum is not None
             if last or writer.due(it):
-                folder = writer.save(it, {"env_steps": env_steps, "agent_steps": agent_steps}, time.perf_counter() - start,
-                                     learners, baselines, rng, curriculum)
+                progress = {"env_steps": env_steps, "agent_steps": agent_steps, "best_eval": periodic.best}
+                folder = writer.save(it, progress, time.perf_counter() - start, learners, baselines, rng, curriculum)
                 if stop.signum is not None:
                     raise KeyboardInterrupt(f"stopped by signal {stop.signum} after RL iteration {it}"
                                             + (f"; continue it with: marl train --resume {folder}" if folder else ""))
             if out_of_time:
                 break
     bar.close()
-    return it, {pid: lr.critic.model for pid, lr in learners.items() if lr.critic is not None}
+    return it, critics()
 
 
 def merge_policy_metrics(per_policy: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -316,39 +299,3 @@ def merge_policy_metrics(per_policy: dict[str, dict[str, float]]) -> dict[str, f
             sums.setdefault(k, []).append(v)
     out.update({k: float(np.mean(v)) for k, v in sums.items()})
     return out
-
-
-def _final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
-                pool: PoolRun | None = None, curriculum: CurriculumRun | None = None) -> dict[str, float]:
-    """Held-out figures at the end: `eval/<split>/...` for the run's team (a curriculum's last stage, or the
-    furthest it reached when newcomers lack a policy), and with a curriculum `eval/<team>/<split>/...` for
-    every distinct team of its stages that the run can field (`n4`: forgetting, transfer)."""
-    final: dict[str, float] = {}
-    if pool is not None and cfg.pool.eval_episodes > 0 and cfg.eval_splits:
-        make_env = train_env_factory(cfg, cfg.eval_splits[0])
-        seeds = list(make_env().eval_seeds(cfg.eval_splits[0], cfg.pool.eval_episodes))
-        final.update(pool.evaluate(RolloutWorker(make_env, policy, chat), seeds))
-    if cfg.eval_episodes <= 0:
-        tr.log_metrics(final, step=step)
-        return final
-    teams: list[tuple[str, Any]] = [("", partial(train_env_factory, cfg))]
-    if curriculum is not None:
-        fielded = curriculum.eval_stages(policy)
-        teams = [("", partial(stage_factory, cfg, fielded[-1]))]
-        teams += [(f"{stage.team}/", partial(stage_factory, cfg, stage)) for stage in fielded]
-    for label, factory_of in teams:
-        for split in cfg.eval_splits:
-            make_env = factory_of(split=split)
-            worker = RolloutWorker(make_env, policy, chat)
-            seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
-            figures, batch = evaluate(worker, seeds, greedy=True)
-            figures.update(prediction_metrics(policy, batch))
-            final.update({f"eval/{label}{split}/{k}": v for k, v in figures.items()})
-            if not label:
-                tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
-            if cfg.eval_sampled:  # greedy play can tip on one looping path; sampled play averages over paths
-                figures, _ = evaluate(worker, seeds, greedy=False, sample_seed=0)
-                final.update({f"eval_sampled/{label}{split}/{k}": v for k, v in figures.items()})
-    tr.log_metrics(final, step=step)
-    print("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")), flush=True)
-    return final

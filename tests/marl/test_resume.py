@@ -94,8 +94,17 @@ def test_a_curriculum_run_resumed_after_a_promotion_brings_its_newcomers_back_id
 def test_keep_prunes_old_points_and_a_kill_during_a_save_leaves_the_previous_one(tmp_path, monkeypatch):
     cfg = run_cfg(tmp_path)
     cfg.checkpoint.every, cfg.checkpoint.keep = 2, 2
-    run_dir = train(cfg).checkpoint.parent
+    cfg.checkpoint.eval_every, cfg.checkpoint.eval_episodes, cfg.eval_splits = 2, 3, ("basic", "hard")
+    result = train(cfg)
+    run_dir = result.checkpoint.parent
     assert [p.name for p in points(run_dir / "resume")] == ["it-000002", "it-000004"]
+    # held-out evaluation during training, and the best checkpoint by it
+    client = MlflowClient(cfg.tracking.tracking_uri)
+    assert [m.step for m in client.get_metric_history(result.run_id, "eval/mean_success_rate")] == [2, 4]
+    tags = client.get_run(result.run_id).data.tags
+    assert tags["best_iteration"] in ("2", "4") and (run_dir / "best" / "marl_checkpoint.json").is_file()
+    best = json.loads((run_dir / "best" / "marl_checkpoint.json").read_text())
+    assert str(best["iteration"]) == tags["best_iteration"]
     good = find_resume_point(run_dir)  # a run folder finds its newest point
     assert good.name == "it-000004"
     with pytest.raises(CheckpointError, match="holds no resume point"):
