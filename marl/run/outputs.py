@@ -61,14 +61,15 @@ def write_checkpoint(path: Path, cfg: TrainConfig, tokenizer: Any, policies: Pol
                            curriculum=curriculum.state_dict() if curriculum is not None else None)
 
 
-def eval_teams(cfg: TrainConfig, policy: Any, curriculum: CurriculumRun | None) -> list[tuple[str, Any]]:
-    """(label, factory of split) per team to evaluate: the run's own (a curriculum's furthest fielded stage) as
-    label "", and with a curriculum every distinct team of its stages the run can field, as `<team>/`."""
+def eval_teams(cfg: TrainConfig, policy: Any, curriculum: CurriculumRun | None) -> list[tuple[str, str, Any]]:
+    """(label, team, factory of split) per team to evaluate: the run's own (a curriculum's furthest fielded
+    stage) as label "", and with a curriculum every distinct team of its stages the run can field, as
+    `<team>/` (the run's own team comes twice under two labels: evaluate it once)."""
     if curriculum is None:
-        return [("", partial(train_env_factory, cfg))]
+        return [("", "", partial(train_env_factory, cfg))]
     fielded = curriculum.eval_stages(policy)
-    return [("", partial(stage_factory, cfg, fielded[-1]))] + [(f"{stage.team}/", partial(stage_factory, cfg, stage))
-                                                               for stage in fielded]
+    return [("", fielded[-1].team, partial(stage_factory, cfg, fielded[-1]))] + [
+        (f"{stage.team}/", stage.team, partial(stage_factory, cfg, stage)) for stage in fielded]
 
 
 def final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
@@ -84,19 +85,23 @@ def final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
     if cfg.eval_episodes <= 0:
         tr.log_metrics(final, step=step)
         return final
-    for label, factory_of in eval_teams(cfg, policy, curriculum):
+    played: dict[tuple[str, str], tuple[dict[str, float], dict[str, float]]] = {}  # (team, split) -> figures
+    for label, team, factory_of in eval_teams(cfg, policy, curriculum):
         for split in cfg.eval_splits:
-            make_env = factory_of(split=split)
-            worker = RolloutWorker(make_env, policy, chat)
-            seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
-            figures, batch = evaluate(worker, seeds, greedy=True)
-            figures.update(prediction_metrics(policy, batch))
-            final.update({f"eval/{label}{split}/{k}": v for k, v in figures.items()})
-            if not label:
-                tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
-            if cfg.eval_sampled:  # greedy play can tip on one looping path; sampled play averages over paths
-                figures, _ = evaluate(worker, seeds, greedy=False, sample_seed=0)
-                final.update({f"eval_sampled/{label}{split}/{k}": v for k, v in figures.items()})
+            if (team, split) not in played:
+                make_env = factory_of(split=split)
+                worker = RolloutWorker(make_env, policy, chat)
+                seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
+                greedy, batch = evaluate(worker, seeds, greedy=True)
+                greedy.update(prediction_metrics(policy, batch))
+                if not label:
+                    tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
+                # greedy play can tip on one looping path; sampled play averages over paths
+                sampled = evaluate(worker, seeds, greedy=False, sample_seed=0)[0] if cfg.eval_sampled else {}
+                played[team, split] = greedy, sampled
+            greedy, sampled = played[team, split]
+            final.update({f"eval/{label}{split}/{k}": v for k, v in greedy.items()})
+            final.update({f"eval_sampled/{label}{split}/{k}": v for k, v in sampled.items()})
     tr.log_metrics(final, step=step)
     print("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")), flush=True)
     return final
@@ -117,7 +122,7 @@ class PeriodicEval:
     def __call__(self, tr: Tracker, policies: PolicyMap, iteration: int, curriculum: CurriculumRun | None,
                  save: Any) -> dict[str, float]:
         """Evaluate, log, and call `save(folder)` when the mean success is the best so far."""
-        factory_of = eval_teams(self.cfg, policies, curriculum)[0][1]
+        factory_of = eval_teams(self.cfg, policies, curriculum)[0][2]
         figures, rates = {}, []
         for split in self.cfg.eval_splits:
             make_env = factory_of(split=split)

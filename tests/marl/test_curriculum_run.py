@@ -87,6 +87,7 @@ def test_a_curriculum_run_logs_moves_checkpoints_its_state_and_evaluates_each_te
     assert (actions[1] - actions[0]) / (steps[1] - steps[0]) > actions[0] / steps[0] >= 1.0
     final = client.get_run(result.run_id).data.metrics
     assert {"eval/basic/success_rate", "eval/n2/basic/success_rate", "eval/n3/basic/success_rate"} <= set(final)
+    assert final["eval/basic/return_mean"] == final["eval/n3/basic/return_mean"]  # the last team, played once
     artifacts = [a.path for a in client.list_artifacts(result.run_id, "curriculum")]
     assert artifacts == ["curriculum/curriculum.png"]
 
