@@ -3,6 +3,7 @@
 - `choices`: the closed sets of choices as `Literal` types, and what each algorithm needs.
 - `checks`: `ConfigError` and the checks every section uses.
 - `sections`: policy, warm start, RL, critic, opponent model, opponent pool, comms, resume points, tracking.
+- `guards`: alerts on a run going wrong, and the faults it tolerates.
 - `curriculum`: curriculum stages and the rules that move a run between them.
 - `train`: `TrainConfig`, and the checks that span sections.
 - `commands`: the configs of `marl eval` and `marl compare`.
@@ -14,6 +15,7 @@ It leaves out building anything from a config (`marl.run.build`) and the command
 from marl.config.checks import ConfigError
 from marl.config.commands import CompareConfig, EvalConfig
 from marl.config.curriculum import CurriculumConfig
+from marl.config.guards import GuardsConfig
 from marl.config.sections import (
     CheckpointConfig,
     CommsConfig,
@@ -27,5 +29,6 @@ from marl.config.sections import (
 )
 from marl.config.train import TrainConfig
 
-__all__ = ["CheckpointConfig", "CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "CurriculumConfig", "EvalConfig", "OpponentModelConfig",
+__all__ = ["CheckpointConfig", "CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "CurriculumConfig", "EvalConfig", "GuardsConfig",
+           "OpponentModelConfig",
            "OpponentPoolConfig", "PolicyConfig", "RLConfig", "TrackingConfig", "TrainConfig", "WarmStartConfig"]

@@ -354,6 +354,8 @@ class CheckpointConfig(SelfChecking):
     """RL iterations between resume points (one also comes after SFT and at the end; 0: none at all)."""
     keep: int = 2
     """Resume points kept on disk, the newest (older ones are deleted once a newer one is complete)."""
+    log_to_mlflow: bool = False
+    """Also log every resume point as the run's artifact `resume/it-N`, so `--resume runs:/<run_id>` works where the run's folder is not (MLflow keeps every one: they are not pruned there)."""
     eval_every: int = 0
     """RL iterations between held-out evaluations during training (0: only the final one); the best keeps its checkpoint in `<run>/best/`."""
     eval_episodes: int = 20

@@ -20,6 +20,7 @@ import tyro
 from marl.config.checks import ConfigError, SelfChecking, one_of, positive, require
 from marl.config.choices import ALGORITHM_NEEDS, Algo, PolicyMapping, options
 from marl.config.curriculum import CurriculumConfig
+from marl.config.guards import GuardsConfig
 from marl.config.sections import (
     CheckpointConfig,
     CommsConfig,
@@ -62,8 +63,9 @@ class TrainConfig(SelfChecking):
     config: str | None = None
     """Optional YAML file with the same fields; command-line flags override it."""
     resume: str | None = None
-    """Continue a killed run from a resume point (`<output_dir>/<run_id>/resume/it-N`, or the run's folder for
-    its newest): its saved config and MLflow run are used, and every other flag is ignored."""
+    """Continue a killed run from a resume point: `<output_dir>/<run_id>/resume/it-N`, the run's folder (its newest),
+    or `runs:/<run_id>[/resume/it-N]` in the store of --tracking-uri; its saved config and MLflow run are used,
+    and every other flag is ignored."""
     # No flag: tyro cannot parse `dict[str, Any]` from the command line; YAML is the one way to set it.
     scenario_options: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
     """Extra scenario options passed to `scenarios.make` (YAML only, e.g. `train_mix: [1, 0, 0]`)."""
@@ -85,6 +87,8 @@ class TrainConfig(SelfChecking):
     """Stages of team size or difficulty that RL moves through on success (none by default)."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Resume points during training (`resume` continues from one)."""
+    guards: GuardsConfig = field(default_factory=GuardsConfig)
+    """Alerts on KL, reward, entropy and invalid actions (tags, warnings, optional stop) and crashed environments."""
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
     """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
 
@@ -105,7 +109,7 @@ class TrainConfig(SelfChecking):
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""
         for section in (self.policy, self.sft, self.rl, self.critic, self.opponent, self.pool, self.comms,
-                        self.curriculum, self.checkpoint, self.tracking):
+                        self.curriculum, self.checkpoint, self.guards, self.tracking):
             section.validate()
         self._check_scenario()
         self._check_curriculum()

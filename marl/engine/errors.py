@@ -3,3 +3,7 @@
 
 class NonFiniteError(RuntimeError):
     """Training produced NaN or infinite gradients too many times in a row."""
+
+
+class EnvCrashError(RuntimeError):
+    """More environments crashed (raised in reset or step) than the run tolerates."""

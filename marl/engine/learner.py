@@ -155,10 +155,10 @@ class Learner:
             self.head.eval()
         if self.critic is not None:
             self.critic.model.eval()
-        skips = metrics.pop("train/nonfinite_skips", [])
+        skips = metrics.pop("train/skipped_steps", [])
         # A metric whose every step was skipped stays NaN (the KL controller ignores NaN), without numpy's warning.
         out = {k: float(np.nanmean(v)) if not np.isnan(v).all() else float("nan") for k, v in metrics.items()}
-        out["train/nonfinite_skips"] = float(len(skips))
+        out["train/skipped_steps"] = float(len(skips))
         out["train/kl_coef"] = self.kl.update(out.get("train/kl", 0.0)) if train_policy else self.kl.value
         out["train/critic_warmup"] = float(not train_policy)
         out["train/episodes"] = float(len(episodes))
@@ -364,7 +364,7 @@ class Learner:
     def _skip(self, out: dict[str, float]) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         self.nonfinite_streak += 1
-        out["train/nonfinite_skips"] = 1.0
+        out["train/skipped_steps"] = 1.0
         if self.nonfinite_streak >= self.cfg.max_nonfinite_streak:
             raise NonFiniteError(
                 f"{self.nonfinite_streak} updates in a row had a non-finite loss or gradient; "

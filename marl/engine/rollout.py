@@ -13,17 +13,28 @@ token sets of constrained decoding, rewards and termination reasons. It leaves o
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from marl.engine.errors import EnvCrashError
 from marl.engine.policy_map import PolicyMap, single
-from scenarios.base import HARNESS_FAULTS  # endings that are never the agent's doing
+from marl.engine.records import (
+    HARNESS_FAULTS,
+    Episode,
+    RolloutBatch,
+    Turn,
+    concat_batches,
+    mark_harness_faults,
+)
 
-__all__ = ["HARNESS_FAULTS", "SCRIPTED", "STYLE_PREFIX", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "expert_actor",
+log = logging.getLogger(__name__)
+
+__all__ = ["HARNESS_FAULTS", "SCRIPTED", "STYLE_PREFIX", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "concat_batches",
+           "expert_actor", "mark_harness_faults",
            "task_groups", "team_name", "turn_seed"]
 
 
@@ -56,88 +67,12 @@ def expert_actor(env: Any, agent: str) -> str:
     return env.expert_action(agent)
 
 
-@dataclass
-class Turn:
-    """One agent's action in one turn: what the learner trains on."""
-
-    episode: int
-    prompt_ids: list[int]
-    action_ids: list[int]
-    logprobs: list[float]
-    allowed: list[list[int]] | None
-    reward: float
-    invalid: bool
-    state: str | None = None
-    """The scenario's global `state()` when the agent acted (recorded only for a centralized critic)."""
-    opponent: tuple[int, ...] = ()
-    """What each of the scenario's `opponent_slots(agent)` played in this step, as an index into its
-    `action_classes()` (-1: no valid action): an opponent model's labels; empty without slots."""
-    hint_len: int = 0
-    """How many of `prompt_ids`' last ids are the opponent head's prediction shown to the agent (`aux+input`):
-    the head read the hidden state before them."""
-
-
-@dataclass
-class Episode:
-    """One agent's episode; `group` indexes the task seed shared by a rollout group."""
-
-    seed: int
-    group: int
-    agent: str
-    turns: list[int] = field(default_factory=list)
-    ret: float = 0.0
-    reason: str = ""
-    transcript: list[tuple[str, str]] = field(default_factory=list)
-    policy: str = "shared"
-    """Id of the policy that acted for this agent (see `marl.engine.policy_map`)."""
-    final_observation: str | None = None
-    """The observation the agent was left with after its last turn (a truncated episode's bootstrap)."""
-    final_state: str | None = None
-    """The global state after the agent's last turn (recorded with `record_state`)."""
-    env: int = -1
-    """Index of the environment within its collection: the agent-episodes of one team share it."""
-    team: str = ""
-    """The agent's team where the scenario has teams (its `team_of`), else empty."""
-    stats: dict[str, float] = field(default_factory=dict)
-    """The scenario's `episode_stats(agent)` when the agent's episode ended (empty where it measures none)."""
-    budget_visible: bool = False
-    """The agent was shown its turn budget (the scenario's `turn_budget_visible`): a `max_turns`
-    ending is then an outcome of the task, valued 0 after it, not a cut to bootstrap."""
-    opponent: list[tuple[int, ...]] = field(default_factory=list)
-    """Per action (as in `transcript`), the opponent model's labels of that step (`Turn.opponent`)."""
-    variant: str = ""
-    """The env variant the episode was played in (a curriculum stage's name; "" for the worker's own)."""
-    teammate_fault: bool = False
-    """A teammate's episode ended in a harness fault, and this team shares one outcome (see
-    `mark_harness_faults`)."""
-
-    @property
-    def harness_fault(self) -> bool:
-        """Out of the loss and of every baseline: a harness fault (`timeout`, `error`) ended it, or a
-        teammate's, where agents share one outcome (a cooperative team; a team of a mixed scenario)."""
-        return self.reason in HARNESS_FAULTS or self.teammate_fault
-
-
-@dataclass
-class RolloutBatch:
-    """Turns and episodes of one collection, plus timing for throughput metrics."""
-
-    turns: list[Turn]
-    episodes: list[Episode]
-    generated_tokens: int
-    env_steps: int
-    seconds: float
-    generate_seconds: float
-    env_seconds: float
-    reused_prompt_tokens: int = 0
-    """Prompt tokens served from the turn cache instead of being read again."""
-
-
 class RolloutWorker:
     """Holds a pool of environments and plays batches of seeded episodes through a policy."""
 
     def __init__(self, make_env: Callable[[], Any], policy: Any, chat: Any, turn_cache: bool = True,
-                 max_rows: int = 0, variants: Mapping[str, Callable[[], Any]] | None = None) -> None:
+                 max_rows: int = 0, variants: Mapping[str, Callable[[], Any]] | None = None,
+                 max_env_crashes: int | None = None) -> None:
         """`policy`: one policy for every agent, a `PolicyMap`, or None for scripted actors only.
 
         `turn_cache`: keep each agent's KV cache between turns of a collection, so a turn reads
@@ -146,6 +81,9 @@ class RolloutWorker:
         in consecutive parts, so the KV caches it holds do not grow with it (0: all at once).
         `variants`: further env factories by name (a curriculum's stages: other team sizes, splits,
         options), which `collect` can mix into one batch; `make_env` is the variant "".
+        `max_env_crashes`: an environment that raises in `reset` or `step` is replaced by a fresh one (its
+        live agents' episodes end as `error`, a harness fault); past this many crashes `EnvCrashError` stops
+        the caller (None: no limit).
         """
         if max_rows < 0:
             raise ValueError(f"max_rows={max_rows} must be >= 0 (0: no bound)")
@@ -157,11 +95,29 @@ class RolloutWorker:
         self.policies = policy if policy is None or isinstance(policy, PolicyMap) else single(policy)
         self.chat = chat
         self._pools: dict[str, list[Any]] = {}
+        self.max_env_crashes = max_env_crashes
+        self.env_crashes = 0
+        """Environments that raised in reset or step and were recreated, over the worker's life."""
 
     @property
     def envs(self) -> list[Any]:
         """Every environment the worker has built so far (for statistics that live in the envs)."""
         return [env for pool in self._pools.values() for env in pool]
+
+    def _recreate(self, env: Any, err: Exception, where: str) -> Any:
+        """A fresh environment in the crashed one's place in its pool; the crash is counted and reported."""
+        self.env_crashes += 1
+        log.warning("environment crashed in %s: %s: %s; replaced by a fresh one (%d crash(es) so far)",
+                    where, type(err).__name__, err, self.env_crashes)
+        if self.max_env_crashes is not None and self.env_crashes > self.max_env_crashes:
+            raise EnvCrashError(f"{self.env_crashes} environment crashes, more than the {self.max_env_crashes} "
+                                f"tolerated (guards.max_env_crashes); the last: {type(err).__name__}: {err}") from err
+        for key, pool in self._pools.items():
+            for k, held in enumerate(pool):
+                if held is env:
+                    pool[k] = self.factories[key]()
+                    return pool[k]
+        raise ValueError("the crashed environment is not one of this worker's")
 
     def _envs(self, n: int, variants: Sequence[str] | None = None) -> list[Any]:
         """`n` environments, the k-th of variant `variants[k]` (default ""), each used once per call."""
@@ -239,7 +195,11 @@ class RolloutWorker:
         context: dict[tuple[int, str], list[int]] = {}
         last_obs: dict[tuple[int, str], str] = {}
         for i, (env, seed) in enumerate(zip(envs, seeds, strict=True)):
-            observations, _ = env.reset(seed=int(seed))
+            try:
+                observations, _ = env.reset(seed=int(seed))
+            except Exception as err:  # a second crash on the same seed is the scenario's bug, and propagates
+                env = envs[i] = self._recreate(env, err, f"reset(seed={seed})")
+                observations, _ = env.reset(seed=int(seed))
             for agent in env.agents:
                 key = (i, agent)
                 slot[key] = len(episodes)
@@ -258,12 +218,14 @@ class RolloutWorker:
                 episodes[slot[key]].transcript.append(("observation", text))
                 if played_by_llm(pid):
                     context[key] = self.chat.first(text)
+        kinds = [env.unwrapped.kind for env in envs]
+        crashed: set[int] = set()
         gen_s = env_s = 0.0
         tokens = steps = 0
         # KV caches live for this collection only: the weights may change before the next one
         turn_caches: dict[str, Any] | None = {} if self.turn_cache else None
         for loop in range(max_loops):
-            live = [(i, a) for i, env in enumerate(envs) if env.agents for a in env.agents]
+            live = [(i, a) for i, env in enumerate(envs) if i not in crashed and env.agents for a in env.agents]
             if not live:
                 break
             t0 = time.perf_counter()
@@ -290,7 +252,14 @@ class RolloutWorker:
                 per_env.setdefault(key[0], {})[key[1]] = texts[key]
             for i, actions in per_env.items():
                 state = envs[i].state() if record_state else None
-                obs, rewards, terms, truncs, infos = envs[i].step(actions)
+                try:
+                    obs, rewards, terms, truncs, infos = envs[i].step(actions)
+                except Exception as err:  # the env is replaced; its live agents' episodes end as a harness fault
+                    envs[i] = self._recreate(envs[i], err, f"step (seed {seeds[i]})")
+                    crashed.add(i)
+                    for agent in actions:
+                        episodes[slot[(i, agent)]].reason = "error"
+                    continue
                 steps += 1
                 for agent, text in actions.items():
                     key = (i, agent)
@@ -334,42 +303,11 @@ class RolloutWorker:
             env_s += time.perf_counter() - t0
         else:
             raise RuntimeError(f"rollout did not end within {max_loops} turns: the scenario's max_turns is not enforced")
-        mark_harness_faults(episodes, [env.unwrapped.kind for env in envs])
+        mark_harness_faults(episodes, kinds)
         reused = sum(c.reused_tokens for c in (turn_caches or {}).values())
         return RolloutBatch(turns=turns, episodes=episodes, generated_tokens=tokens, env_steps=steps,
                             seconds=time.perf_counter() - start, generate_seconds=gen_s, env_seconds=env_s,
                             reused_prompt_tokens=reused)
-
-
-def concat_batches(parts: Sequence[RolloutBatch]) -> RolloutBatch:
-    """One batch of several collections' records, in order: turn, episode and env indices shifted so each
-    part's stay its own (two parts' env 0 are different environments)."""
-    turns: list[Turn] = []
-    episodes: list[Episode] = []
-    env_offset = 0
-    for part in parts:
-        t0, e0 = len(turns), len(episodes)
-        turns.extend(replace(t, episode=t.episode + e0) for t in part.turns)
-        episodes.extend(replace(ep, turns=[i + t0 for i in ep.turns], env=ep.env + env_offset if ep.env >= 0 else -1)
-                        for ep in part.episodes)
-        env_offset += 1 + max((ep.env for ep in part.episodes), default=-1)
-    return RolloutBatch(turns, episodes, sum(p.generated_tokens for p in parts), sum(p.env_steps for p in parts),
-                        sum(p.seconds for p in parts), sum(p.generate_seconds for p in parts),
-                        sum(p.env_seconds for p in parts), sum(p.reused_prompt_tokens for p in parts))
-
-
-def mark_harness_faults(episodes: Sequence[Episode], kinds: Sequence[str]) -> None:
-    """Set `harness_fault` on every episode a harness fault touched: its own, and where teammates share
-    one outcome, every agent-episode of the team (the whole env in a cooperative scenario, the same
-    team of a mixed one): what the team achieved was shaped by the fault, not by its play alone."""
-    def fate(ep: Episode) -> tuple[int, str]:
-        kind = kinds[ep.env]
-        shared = kind == "cooperative" or (kind == "mixed" and ep.team)
-        return (ep.env, ep.team if kind == "mixed" else "") if shared else (ep.env, f"agent:{ep.agent}")
-
-    touched = {fate(ep) for ep in episodes if ep.reason in HARNESS_FAULTS}
-    for ep in episodes:
-        ep.teammate_fault = ep.reason not in HARNESS_FAULTS and fate(ep) in touched
 
 
 def opponent_labels(env: Any, agent: str) -> tuple[int, ...]:

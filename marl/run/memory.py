@@ -1,4 +1,4 @@
-"""Process memory: the peak resident set a run reports, and handing freed heap back to the system.
+"""Process memory: the resident set a run reports (now and at its peak), and handing freed heap back to the system.
 
 A training process allocates tensors of ever-changing shapes (batches of different widths, KV caches
 that grow by a chunk per step); glibc's allocator keeps much of what is freed in its arenas, so the
@@ -13,6 +13,15 @@ import ctypes.util
 import resource
 import sys
 from functools import cache
+
+
+def rss_gb() -> float:
+    """The process's resident memory now, in GB (Linux's `/proc/self/statm`; elsewhere the peak so far)."""
+    try:
+        pages = int(open("/proc/self/statm").read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return peak_rss_gb()
+    return pages * resource.getpagesize() / (1 << 30)
 
 
 def peak_rss_gb() -> float:

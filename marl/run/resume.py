@@ -95,9 +95,26 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def non_finite(state: Any, where: str = "") -> str | None:
+    """The path of the first floating tensor holding NaN or inf in a nest of dicts and lists (None: all finite)."""
+    if isinstance(state, torch.Tensor):
+        return where if state.is_floating_point() and not torch.isfinite(state).all() else None
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, list | tuple) else ()
+    for key, value in items:
+        found = non_finite(value, f"{where}/{key}")
+        if found is not None:
+            return found
+    return None
+
+
 def save_resume_point(run_dir: Path, info: dict[str, Any], state: dict[str, Any], tokenizer: Any,
                       keep: int) -> Path:
-    """Write the point of iteration `info["iteration"]` atomically and keep the newest `keep`; returns it."""
+    """Write the point of iteration `info["iteration"]` atomically and keep the newest `keep`; returns it.
+    A state with a non-finite tensor is refused (`CheckpointError`) and the points on disk stay as they are."""
+    bad = non_finite(state)
+    if bad is not None:
+        raise CheckpointError(f"refusing to write a resume point with non-finite values ({bad.lstrip('/')}); "
+                              "the previous resume point is kept")
     root = Path(run_dir) / RESUME_DIR
     folder = root / f"it-{int(info['iteration']):06d}"
     tmp = folder.with_name(folder.name + ".tmp")
@@ -141,7 +158,40 @@ def find_resume_point(path: str | Path) -> Path:
                           f"with {RESUME_DIR}/it-N): pass <output_dir>/<run_id> of the run to continue")
 
 
-def load_resume_point(path: str | Path) -> ResumePoint:
+RUNS_SCHEME = "runs:/"
+
+
+def resolve_runs_uri(uri: str, tracking_uri: str) -> Path:
+    """A `runs:/<run_id>[/<path>]` URI as a local folder: the run's own folder under the `output_dir` it logged
+    (`<path>` inside it; none: its newest point) where that is on this machine, else the resume points the run
+    logged as artifacts (`checkpoint.log_to_mlflow`), downloaded."""
+    from mlflow.artifacts import download_artifacts
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    run_id, _, rest = uri.removeprefix(RUNS_SCHEME).strip("/").partition("/")
+    client = MlflowClient(tracking_uri)
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as err:
+        raise CheckpointError(f"{uri}: no run {run_id!r} in {tracking_uri} (pass --tracking-uri of the store that "
+                              f"holds it): {err.message}") from None
+    local = Path(run.data.params.get("output_dir", "runs")) / run_id / rest
+    if local.exists() and (points(local) or points(local / RESUME_DIR) or (local / INFO_FILE).is_file()):
+        return local
+    logged = sorted(f.path for f in client.list_artifacts(run_id, RESUME_DIR) if f.is_dir)
+    if not logged:
+        raise CheckpointError(f"{uri}: the run's folder {local} is not on this machine and the run logged no resume "
+                              "points as artifacts (checkpoint.log_to_mlflow)")
+    return Path(download_artifacts(run_id=run_id, artifact_path=rest or logged[-1], tracking_uri=tracking_uri))
+
+
+def load_resume_point(path: str | Path, tracking_uri: str | None = None) -> ResumePoint:
+    """The resume point at `path` (a point, a run folder, or `runs:/<run_id>[/<path>]` in `tracking_uri`)."""
+    if str(path).startswith(RUNS_SCHEME):
+        if tracking_uri is None:
+            raise CheckpointError(f"{path}: a runs:/ URI needs the tracking URI of its MLflow store")
+        path = resolve_runs_uri(str(path), tracking_uri)
     folder = find_resume_point(path)
     try:
         info = json.loads((folder / INFO_FILE).read_text())

@@ -26,6 +26,7 @@ from marl.engine.rollout import RolloutWorker, task_groups
 from marl.engine.sequences import subset
 from marl.engine.summary import summarize
 from marl.run import outputs
+from marl.run.alerts import Alerts, announce
 from marl.run.build import (
     attach_opponent_head,
     build_policy,
@@ -37,7 +38,7 @@ from marl.run.build import (
 )
 from marl.run.curriculum import CurriculumRun
 from marl.run.learners import ResumeWriter, build_learners, newcomer_learner, restore_trainer, role_function
-from marl.run.memory import peak_rss_gb, trim_heap
+from marl.run.memory import peak_rss_gb, rss_gb, trim_heap
 from marl.run.pool import PoolRun
 from marl.run.resume import DeferredStop, ResumePoint, load_resume_point
 from marl.run.sft import conversations, demonstration_episodes, imitable, perturbed_fraction, run_sft
@@ -81,7 +82,7 @@ def log_topology(cfg: TrainConfig, tr: Tracker, make_env: Any, out_dir: Path) ->
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag."""
-    point = load_resume_point(cfg.resume) if cfg.resume else None
+    point = load_resume_point(cfg.resume, cfg.tracking.tracking_uri) if cfg.resume else None
     if point is not None:
         cfg = point.config()
         print(f"resuming run {point.run_id} after RL iteration {point.iteration} from {point.folder} "
@@ -106,7 +107,8 @@ def train(cfg: TrainConfig) -> TrainResult:
                                                 tokenizer=point.tokenizer() if point is not None else None)
         attach_opponent_head(cfg, policy, make_env)
         chat = ChatFormat(tokenizer)
-        worker = RolloutWorker(make_env, policy, chat, max_rows=cfg.rl.rollout_rows, variants=stage_envs)
+        worker = RolloutWorker(make_env, policy, chat, max_rows=cfg.rl.rollout_rows, variants=stage_envs,
+                               max_env_crashes=cfg.guards.max_env_crashes)
         if point is None:
             tr.log_params({"model.parameters": str(count_parameters(model)), "tokenizer.size": str(len(tokenizer)),
                            "device": str(model.device)})
@@ -135,7 +137,8 @@ def train(cfg: TrainConfig) -> TrainResult:
                                        demo_hints(cfg, policy))
                 if point is None:
                     rng.bit_generator.state = drawn.bit_generator.state
-            writer = ResumeWriter(cfg, out_root / tr.run_id, tr.run_id, tokenizer, demo_rng, enabled=pool is None)
+            writer = ResumeWriter(cfg, out_root / tr.run_id, tr.run_id, tokenizer, demo_rng, enabled=pool is None,
+                                  log_artifacts=tr.log_artifacts if cfg.checkpoint.log_to_mlflow else None)
             if pool is not None and cfg.checkpoint.every > 0:
                 print("no resume points: resuming a run with an opponent pool is not supported yet", flush=True)
             last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool, curriculum,
@@ -210,13 +213,14 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     warm_critic_until = cfg.critic.warmup_iterations
     first, env_steps, agent_steps, spent = 0, 0, 0, 0.0
     periodic = outputs.PeriodicEval(cfg, chat, writer.run_dir)
+    alerts = Alerts(cfg.guards, cfg.rl.target_kl)
     if point is not None:
-        restore_trainer(point.state, learners, baselines, rng, curriculum)
+        restore_trainer(point.state, learners, baselines, rng, curriculum, alerts)
         first, spent = point.iteration, float(point.info["rl_seconds"])
         env_steps, agent_steps = int(point.info["env_steps"]), int(point.info.get("agent_steps", 0))
         periodic.best = float(point.info.get("best_eval", -1.0))
     else:
-        writer.save(0, {"env_steps": 0, "agent_steps": 0}, 0.0, learners, baselines, rng, curriculum)
+        writer.save(0, {"env_steps": 0, "agent_steps": 0}, 0.0, learners, baselines, rng, curriculum, alerts)
 
     def critics() -> dict[str, Any]:
         return {pid: lr.critic.model for pid, lr in learners.items() if lr.critic is not None}
@@ -268,20 +272,27 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
                 metrics.update(pool.metrics())
             metrics["perf/elapsed_s"] = time.perf_counter() - start
             metrics["perf/peak_rss_gb"] = peak_rss_gb()
+            metrics["perf/rss_gb"] = rss_gb()
             metrics.update(comms_metrics(worker))
+            metrics["rollout/env_crashes"] = float(worker.env_crashes)
+            stopping = announce(alerts.check(metrics, it), tr, cfg.guards)
+            metrics["alerts/count"] = float(alerts.fired)
             tr.log_metrics(metrics, step=it)
             bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")
             if periodic.due(it):
                 periodic(tr, policies, it, curriculum, save_best)
             out_of_time = time.perf_counter() - start >= cfg.rl.seconds
-            last = out_of_time or it == cfg.iterations or stop.signum is not None
+            last = out_of_time or it == cfg.iterations or stop.signum is not None or stopping is not None
             if last or writer.due(it):
                 progress = {"env_steps": env_steps, "agent_steps": agent_steps, "best_eval": periodic.best}
-                folder = writer.save(it, progress, time.perf_counter() - start, learners, baselines, rng, curriculum)
+                folder = writer.save(it, progress, time.perf_counter() - start, learners, baselines, rng, curriculum,
+                                     alerts)
                 if stop.signum is not None:
                     raise KeyboardInterrupt(f"stopped by signal {stop.signum} after RL iteration {it}"
                                             + (f"; continue it with: marl train --resume {folder}" if folder else ""))
-            if out_of_time:
+            if stopping is not None:
+                tr.set_tags({"stopped_by": f"alert/{stopping.name}"})
+            if out_of_time or stopping is not None:
                 break
     bar.close()
     return it, critics()

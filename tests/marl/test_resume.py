@@ -123,6 +123,58 @@ def test_keep_prunes_old_points_and_a_kill_during_a_save_leaves_the_previous_one
     assert [p.name for p in points(run_dir / "resume")] == ["it-000002", "it-000004"]
 
 
+_KILL_MID_SAVE = """
+import os, signal, sys
+from pathlib import Path
+from marl.run import resume
+
+run_dir, stage = Path(sys.argv[1]), sys.argv[2]
+point = resume.load_resume_point(run_dir)
+real_save, real_fsync = resume.torch.save, resume._fsync
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def half_written(obj, path):  # the state file torn halfway, then the process is gone
+    real_save(obj, path)
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[: len(data) // 2])
+    die()
+
+def fsync_then_die(path):
+    real_fsync(path)
+    if (stage == "before-rename" and path.name.endswith(".tmp")) or (stage == "before-prune" and path.name == "resume"):
+        die()
+
+resume.torch.save = half_written if stage == "mid-state" else real_save
+resume._fsync = fsync_then_die
+resume.save_resume_point(run_dir, dict(point.info, iteration=point.iteration + 1), point.state, point.tokenizer(), keep=1)
+"""
+
+
+def test_a_sigkill_at_each_stage_of_a_save_leaves_a_loadable_point(tmp_path):
+    """A real SIGKILL in a subprocess, mid-way through writing the state, after the folder is complete but before
+    its rename, and after the rename but before old points are pruned: the newest loadable point is intact."""
+    cfg = run_cfg(tmp_path)
+    cfg.iterations, cfg.checkpoint.every = 1, 1
+    run_dir = train(cfg).checkpoint.parent
+    assert find_resume_point(run_dir).name == "it-000001"
+    for stage, newest in (("mid-state", 1), ("before-rename", 1), ("before-prune", 2)):
+        killed = subprocess.run([sys.executable, "-c", _KILL_MID_SAVE, str(run_dir), stage], capture_output=True,
+                                text=True, timeout=300)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+        point = load_resume_point(run_dir)  # reads the whole state back
+        assert point.iteration == newest and point.state["learners"], stage
+    assert [p.name for p in points(run_dir / "resume")] == ["it-000000", "it-000001", "it-000002"]
+    point = load_resume_point(run_dir)
+    pid, learner = next(iter(point.state["learners"].items()))
+    name = next(iter(learner["policy"]))
+    learner["policy"][name] = torch.full_like(learner["policy"][name], float("nan"))
+    with pytest.raises(CheckpointError, match=f"non-finite values \\(learners/{pid}/policy/{name}\\)"):
+        resume_mod.save_resume_point(run_dir, dict(point.info, iteration=3), point.state, point.tokenizer(), keep=1)
+    assert [p.name for p in points(run_dir / "resume")] == ["it-000000", "it-000001", "it-000002"]
+
+
 def _train_argv(tmp_path: Path) -> list[str]:
     return [sys.executable, "-m", "marl.cli", "train", "--scenario", "tool_use", "--iterations", "12",
             "--sft.seconds", "600", "--sft.max-steps", "12", "--sft.episodes", "16", "--sft.batch-size", "4",
@@ -197,3 +249,20 @@ def test_sigkill_at_random_moments_then_resume_ends_bit_identical(tmp_path, unin
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert f"after RL iteration {int(killed_at.removeprefix('it-'))}" in resumed.stdout
         assert_identical(expected, run_dir / "checkpoint")
+
+
+def test_a_runs_uri_finds_the_runs_folder_or_its_logged_points_and_the_run_resumes_from_it(tmp_path):
+    cfg = run_cfg(tmp_path)
+    cfg.iterations, cfg.checkpoint.log_to_mlflow = 2, True
+    whole = train(cfg)
+    run_dir, uri = whole.checkpoint.parent, cfg.tracking.tracking_uri
+    assert load_resume_point(f"runs:/{whole.run_id}", uri).folder == run_dir / "resume" / "it-000002"
+    shutil.rmtree(run_dir)  # another machine: only the MLflow store has the points
+    point = load_resume_point(f"runs:/{whole.run_id}/resume/it-000001", uri)
+    assert point.iteration == 1 and point.folder != run_dir / "resume" / "it-000001"
+    assert load_resume_point(f"runs:/{whole.run_id}", uri).iteration == 2  # the newest logged
+    with pytest.raises(CheckpointError, match="no run 'nosuchrun'"):
+        load_resume_point("runs:/nosuchrun", uri)
+    resumed = train(dataclasses.replace(run_cfg(tmp_path), resume=f"runs:/{whole.run_id}/resume/it-000001"))
+    assert resumed.run_id == whole.run_id
+    assert MlflowClient(uri).get_run(whole.run_id).info.status == "FINISHED"

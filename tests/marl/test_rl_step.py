@@ -182,7 +182,7 @@ def test_nan_loss_skips_the_step_then_aborts(setup, monkeypatch):
     learner = Learner(policy, reference_of(policy), cfg.rl, aux_coef=0.0)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
     skipped = learner.update(batch, adv)
-    assert skipped["train/nonfinite_skips"] == 1.0
+    assert skipped["train/skipped_steps"] == 1.0
     assert np.isnan(skipped["train/kl"]) and np.isnan(skipped["train/loss"])  # no partial sums of a skipped step
     assert all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
     with pytest.raises(NonFiniteError, match="learning_rate"):
