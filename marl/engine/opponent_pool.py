@@ -173,6 +173,17 @@ class OpponentPool:
                 policy.model.save_pretrained(folder / snapshot_folder(name) / pid, safe_serialization=True)
 
     @classmethod
+    def from_state(cls, data: dict[str, Any], snapshots: Callable[[str], dict[str, Any]]) -> OpponentPool:
+        """A pool from its `state()`; `snapshots(name)` gives the policies (by id) of each `snapshot:` entry."""
+        pool = cls(data["sampling"], (), data["max_snapshots"], data["pfsp_power"], data["window"])
+        for rec in data["entries"]:
+            pool.entries.append(PoolEntry(rec["name"], rec["added_at"], deque(rec["results"], maxlen=pool.window),
+                                          rec["games"]))
+            if rec["name"].startswith(SNAPSHOT_PREFIX):
+                pool.snapshots[rec["name"]] = snapshots(rec["name"])
+        return pool
+
+    @classmethod
     def load(cls, folder: str | Path, load_snapshot: Callable[[Path], Any]) -> OpponentPool:
         """A pool saved by `save`; `load_snapshot(model folder)` rebuilds each snapshot policy."""
         folder = Path(folder)
@@ -180,14 +191,11 @@ class OpponentPool:
             data = json.loads((folder / POOL_FILE).read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"{folder / POOL_FILE} does not read as an opponent pool ({err})") from None
-        pool = cls(data["sampling"], (), data["max_snapshots"], data["pfsp_power"], data["window"])
-        for rec in data["entries"]:
-            pool.entries.append(PoolEntry(rec["name"], rec["added_at"], deque(rec["results"], maxlen=pool.window),
-                                          rec["games"]))
-            if rec["name"].startswith(SNAPSHOT_PREFIX):
-                where = folder / snapshot_folder(rec["name"])
-                pool.snapshots[rec["name"]] = {d.name: load_snapshot(d) for d in sorted(where.iterdir()) if d.is_dir()}
-        return pool
+
+        def snapshots(name: str) -> dict[str, Any]:
+            where = folder / snapshot_folder(name)
+            return {d.name: load_snapshot(d) for d in sorted(where.iterdir()) if d.is_dir()}
+        return cls.from_state(data, snapshots)
 
 
 def snapshot_folder(name: str) -> str:

@@ -76,18 +76,18 @@ def newcomer_learner(cfg: TrainConfig, policy: Any, source: Learner, chat: Any, 
 
 
 def trainer_state(learners: dict[str, Learner], baselines: dict[str, RunningBaseline], rng: np.random.Generator,
-                  demo_rng: dict[str, Any], curriculum: Any = None, alerts: Any = None) -> dict[str, Any]:
+                  demo_rng: dict[str, Any], parts: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a resume point holds of the RL phase, as plain data (`demo_rng`: the state demonstrations were
-    drawn at, so PPO-ptx gets the same ones back)."""
+    drawn at, so PPO-ptx gets the same ones back; `parts`: the run's further stateful pieces by name, a
+    curriculum, an opponent pool, the alerts, each with `state_dict()`, None where the run has none)."""
     return {"learners": {pid: learner_state(lr) for pid, lr in learners.items()},
             "baselines": {pid: {"mean": dict(b.mean), "var": dict(b.var)} for pid, b in baselines.items()},
             "rng": rng.bit_generator.state, "demo_rng": demo_rng, "globals": global_generators(),
-            "curriculum": curriculum.state_dict() if curriculum is not None else None,
-            "alerts": alerts.state_dict() if alerts is not None else None}
+            **{name: part.state_dict() if part is not None else None for name, part in (parts or {}).items()}}
 
 
 def restore_trainer(state: dict[str, Any], learners: dict[str, Learner], baselines: dict[str, RunningBaseline],
-                    rng: np.random.Generator, curriculum: Any = None, alerts: Any = None) -> None:
+                    rng: np.random.Generator, parts: dict[str, Any] | None = None) -> None:
     """Put `trainer_state`'s record back; the learners (and the policies they train) must be built first."""
     if set(state["learners"]) != set(learners):
         raise ValueError(f"the resume point holds learners {sorted(state['learners'])}, this run built "
@@ -97,10 +97,9 @@ def restore_trainer(state: dict[str, Any], learners: dict[str, Learner], baselin
     for pid, saved in state["baselines"].items():
         baselines[pid].mean, baselines[pid].var = dict(saved["mean"]), dict(saved["var"])
     rng.bit_generator.state = state["rng"]
-    if curriculum is not None:
-        curriculum.load_state_dict(state["curriculum"])
-    if alerts is not None and state.get("alerts") is not None:
-        alerts.load_state_dict(state["alerts"])
+    for name, part in (parts or {}).items():  # the point's own config built the same parts
+        if part is not None and state.get(name) is not None:
+            part.load_state_dict(state[name])
     restore_global_generators(state["globals"])
 
 
@@ -114,23 +113,22 @@ class ResumeWriter:
     tokenizer: Any
     demo_rng: dict[str, Any]
     """The state of the run's generator when demonstrations were drawn (PPO-ptx draws them again on resume)."""
-    enabled: bool = True
     log_artifacts: Callable[[Path, str], None] | None = None
     """Where set, each point is also logged as the run's artifact `resume/it-N` (`Tracker.log_artifacts`)."""
 
     def due(self, iteration: int) -> bool:
         every = self.cfg.checkpoint.every
-        return self.enabled and every > 0 and iteration % every == 0
+        return every > 0 and iteration % every == 0
 
     def save(self, iteration: int, progress: dict[str, float], rl_seconds: float, learners: dict[str, Learner],
-             baselines: dict[str, RunningBaseline], rng: np.random.Generator, curriculum: Any = None,
-             alerts: Any = None) -> Path | None:
+             baselines: dict[str, RunningBaseline], rng: np.random.Generator,
+             parts: dict[str, Any] | None = None) -> Path | None:
         """The point after `iteration` (`progress`: the run's step counts so far, the best evaluation's score)."""
-        if not self.enabled or self.cfg.checkpoint.every <= 0:
+        if self.cfg.checkpoint.every <= 0:
             return None
         info = {"iteration": iteration, **progress, "rl_seconds": rl_seconds, "run_id": self.run_id,
                 "config": dataclasses.asdict(self.cfg)}
-        state = trainer_state(learners, baselines, rng, self.demo_rng, curriculum, alerts)
+        state = trainer_state(learners, baselines, rng, self.demo_rng, parts)
         folder = save_resume_point(self.run_dir, info, state, self.tokenizer, self.cfg.checkpoint.keep)
         if self.log_artifacts is not None:
             self.log_artifacts(folder, f"resume/{folder.name}")

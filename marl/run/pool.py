@@ -76,6 +76,30 @@ class PoolRun:
     def metrics(self) -> dict[str, float]:
         return self.pool.metrics()
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume point keeps of the pool: its entries and records, every snapshot's weights (and opponent
+        head's), and the stream entries are drawn from."""
+        def weights(policy: Any) -> dict[str, Any]:
+            head = policy.opponent_head
+            return {"model": policy.model.state_dict(), "head": head.state_dict() if head is not None else None}
+        return {"pool": self.pool.state(), "rng": self.rng.bit_generator.state,
+                "snapshots": {name: {pid: weights(p) for pid, p in by_id.items()}
+                              for name, by_id in self.pool.snapshots.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put `state_dict`'s record back; each snapshot is a frozen copy of its learning policy with the saved
+        weights (the same architecture, so it acts as the saved one did)."""
+        def snapshot(pid: str, saved: dict[str, Any]) -> Any:
+            policy = frozen_snapshot(self.learning.policies[pid])
+            policy.model.load_state_dict(saved["model"])
+            if policy.opponent_head is not None:
+                policy.opponent_head.load_state_dict(saved["head"])
+            return policy
+        saved = state["snapshots"]
+        self.pool = OpponentPool.from_state(state["pool"], lambda name: {pid: snapshot(pid, w)
+                                                                         for pid, w in saved[name].items()})
+        self.rng.bit_generator.state = state["rng"]
+
     def evaluate(self, worker: RolloutWorker, seeds: list[int]) -> dict[str, float]:
         """Greedy win rate and return of the learner against every entry and every held-out style, each on
         `seeds` (the learner's side alternating by seed): `eval/pool/<entry>/...`, `eval/pool/win_rate`

@@ -4,7 +4,8 @@ A resume point is a folder `<output_dir>/<run_id>/resume/it-<N>/` written after 
 after SFT, before RL): the tokenizer, `trainer.pt` (every learner's state from
 `marl.engine.learner_state`: weights, KL reference, optimizers, KL controller, generators; running
 baselines; the run's task-seed generator and the one demonstrations were drawn from; the python,
-numpy and torch global generators; a curriculum's state) and `resume.json` (iteration, env steps,
+numpy and torch global generators; a curriculum's, an opponent pool's (with its snapshots' weights)
+and the alerts' state) and `resume.json` (iteration, env steps,
 RL seconds spent, MLflow run id, the resolved config). The folder is written under a temporary name,
 flushed to disk and renamed into place, so a kill during a save leaves the previous point as it was;
 `resume.json` is the last file written, so a folder without it is never read as a point. The newest
@@ -13,8 +14,7 @@ flushed to disk and renamed into place, so a kill during a save leaves the previ
 `trainer.pt` is read with `torch.load(weights_only=True)`: tensors, numbers, strings and containers
 only, nothing is unpickled into code.
 
-It leaves out the opponent pool (a run with one writes no resume points and says so) and the
-training loop itself (`marl.run.train`).
+It leaves out the training loop itself (`marl.run.train`).
 """
 
 from __future__ import annotations

@@ -137,10 +137,8 @@ def train(cfg: TrainConfig) -> TrainResult:
                                        demo_hints(cfg, policy))
                 if point is None:
                     rng.bit_generator.state = drawn.bit_generator.state
-            writer = ResumeWriter(cfg, out_root / tr.run_id, tr.run_id, tokenizer, demo_rng, enabled=pool is None,
+            writer = ResumeWriter(cfg, out_root / tr.run_id, tr.run_id, tokenizer, demo_rng,
                                   log_artifacts=tr.log_artifacts if cfg.checkpoint.log_to_mlflow else None)
-            if pool is not None and cfg.checkpoint.every > 0:
-                print("no resume points: resuming a run with an opponent pool is not supported yet", flush=True)
             last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool, curriculum,
                                                  writer, point)
         ckpt_dir = outputs.write_checkpoint(out_root / tr.run_id / "checkpoint", cfg, tokenizer, policies, tr.run_id,
@@ -214,13 +212,14 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     first, env_steps, agent_steps, spent = 0, 0, 0, 0.0
     periodic = outputs.PeriodicEval(cfg, chat, writer.run_dir)
     alerts = Alerts(cfg.guards, cfg.rl.target_kl)
+    parts = {"curriculum": curriculum, "pool": pool, "alerts": alerts}  # what resume points keep beside the learners
     if point is not None:
-        restore_trainer(point.state, learners, baselines, rng, curriculum, alerts)
+        restore_trainer(point.state, learners, baselines, rng, parts)
         first, spent = point.iteration, float(point.info["rl_seconds"])
         env_steps, agent_steps = int(point.info["env_steps"]), int(point.info.get("agent_steps", 0))
         periodic.best = float(point.info.get("best_eval", -1.0))
     else:
-        writer.save(0, {"env_steps": 0, "agent_steps": 0}, 0.0, learners, baselines, rng, curriculum, alerts)
+        writer.save(0, {"env_steps": 0, "agent_steps": 0}, 0.0, learners, baselines, rng, parts)
 
     def critics() -> dict[str, Any]:
         return {pid: lr.critic.model for pid, lr in learners.items() if lr.critic is not None}
@@ -285,8 +284,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             last = out_of_time or it == cfg.iterations or stop.signum is not None or stopping is not None
             if last or writer.due(it):
                 progress = {"env_steps": env_steps, "agent_steps": agent_steps, "best_eval": periodic.best}
-                folder = writer.save(it, progress, time.perf_counter() - start, learners, baselines, rng, curriculum,
-                                     alerts)
+                folder = writer.save(it, progress, time.perf_counter() - start, learners, baselines, rng, parts)
                 if stop.signum is not None:
                     raise KeyboardInterrupt(f"stopped by signal {stop.signum} after RL iteration {it}"
                                             + (f"; continue it with: marl train --resume {folder}" if folder else ""))

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from run_helpers import tiny
 from safetensors.torch import load_file
 
-from marl.config import CurriculumConfig
+from marl.config import CurriculumConfig, OpponentPoolConfig
 from marl.run import resume as resume_mod
 from marl.run.checkpoint import CheckpointError
 from marl.run.resume import find_resume_point, load_resume_point, points
@@ -67,6 +67,24 @@ def test_a_run_resumed_from_a_middle_point_ends_bit_identical(tmp_path, algo):
     assert run.info.status == "FINISHED" and run.data.tags["resumed_after_iteration"] == "2"
     steps = [m.step for m in client.get_metric_history(whole.run_id, "progress/env_steps")]
     assert sorted(set(steps)) == [1, 2, 3, 4]
+
+
+def test_a_run_with_an_opponent_pool_resumes_bit_identical_with_its_snapshots_and_records(tmp_path):
+    def cfg_at(where):
+        cfg = run_cfg(where, scenario="repeated_game", agents=2, scenario_options={"pairing": "self", "rounds": 3},
+                      pool=OpponentPoolConfig(sampling="pfsp", snapshot_every=1, max_snapshots=2, eval_episodes=2))
+        cfg.rl.ptx_coef = 0.0
+        return cfg
+    whole = train(cfg_at(tmp_path / "whole"))
+    found = points(whole.checkpoint.parent / "resume")
+    expected, pool = weights(whole.checkpoint), json.loads((whole.checkpoint / "pool" / "pool.json").read_text())
+    assert len(load_resume_point(found[2]).state["pool"]["snapshots"]) == 2  # snapshots after iterations 1 and 2
+    shutil.rmtree(whole.checkpoint)
+    for later in found[3:]:
+        shutil.rmtree(later)
+    resumed = train(dataclasses.replace(cfg_at(tmp_path / "other"), resume=str(found[2])))
+    assert_identical(expected, resumed.checkpoint)  # the learner and every snapshot in the pool
+    assert json.loads((resumed.checkpoint / "pool" / "pool.json").read_text()) == pool
 
 
 @pytest.mark.slow
