@@ -73,7 +73,7 @@ class PolicyConfig(SelfChecking):
 
 @dataclass
 class WarmStartConfig(SelfChecking):
-    """Supervised fine-tuning on scripted-expert demonstrations (TRL SFTTrainer) before RL."""
+    """Supervised fine-tuning on scripted-expert demonstrations before RL (a plain PyTorch loop on action tokens)."""
 
     seconds: float = 270.0
     """Wall-clock budget of supervised fine-tuning; 0 skips it."""

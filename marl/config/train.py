@@ -60,6 +60,8 @@ class TrainConfig(SelfChecking):
     """Evaluation splits at the end of training (default: every split of the scenario but `train_split`)."""
     output_dir: str = "runs"
     """Folder for checkpoints and the tokenizer cache."""
+    quiet: bool = False
+    """No progress bars or per-iteration lines on the console (`<output_dir>/<run_id>/console.log` still gets the lines)."""
     config: str | None = None
     """Optional YAML file with the same fields; command-line flags override it."""
     resume: str | None = None

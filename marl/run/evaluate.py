@@ -7,9 +7,10 @@ expert, uniform random valid action) go through the same worker as the LLM.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from marl.engine.rollout import RolloutBatch, RolloutWorker
+from marl.engine.rollout import RolloutBatch, RolloutWorker, concat_batches
 from marl.engine.summary import summarize
 
 
@@ -21,32 +22,21 @@ def evaluate(
     actor: Any = None,
     batch: int = 200,
     scripted: Any = None,
+    progress: Callable[[int], Any] | None = None,
 ) -> tuple[dict[str, float], RolloutBatch]:
     """Play every seed once; returns summary figures (names without prefix) and the last batch.
 
-    `actor` plays every agent, or with `scripted(env, agent)` only those (see `RolloutWorker.collect`).
+    `actor` plays every agent, or with `scripted(env, agent)` only those (see `RolloutWorker.collect`);
+    `progress(n)` is told each time `n` more seeds have been played.
     """
-    merged: RolloutBatch | None = None
+    parts = []
     for chunk, start in enumerate(range(0, len(seeds), batch)):
         chunk_seed = None if sample_seed is None else sample_seed * 100_003 + chunk
-        part = worker.collect(seeds[start : start + batch], greedy=greedy, sample_seed=chunk_seed, actor=actor,
-                              scripted=scripted)
-        if merged is None:
-            merged = part
-        else:
-            offset = len(merged.episodes)
-            turn_offset = len(merged.turns)
-            for t in part.turns:
-                t.episode += offset
-            for e in part.episodes:
-                e.turns = [i + turn_offset for i in e.turns]
-            merged.turns.extend(part.turns)
-            merged.episodes.extend(part.episodes)
-            merged.generated_tokens += part.generated_tokens
-            merged.env_steps += part.env_steps
-            merged.seconds += part.seconds
-            merged.generate_seconds += part.generate_seconds
-            merged.env_seconds += part.env_seconds
+        parts.append(worker.collect(seeds[start : start + batch], greedy=greedy, sample_seed=chunk_seed, actor=actor,
+                                    scripted=scripted))
+        if progress is not None:
+            progress(len(seeds[start : start + batch]))
+    merged = concat_batches(parts) if len(parts) > 1 else (parts[0] if parts else None)
     assert merged is not None, "evaluate needs at least one seed"
     raw = summarize(merged, prefix="eval")
     figures = {k.split("/", 1)[1]: v for k, v in raw.items()}

@@ -25,6 +25,7 @@ from marl.engine.policy_map import PolicyMap
 from marl.engine.rollout import RolloutWorker
 from marl.run.build import train_env_factory
 from marl.run.checkpoint import CheckpointMeta, TokenizerInfo, package_versions, save_checkpoint
+from marl.run.console import Console
 from marl.run.curriculum import CurriculumRun, stage_factory
 from marl.run.evaluate import evaluate, transcript_text
 from marl.run.pool import PoolRun
@@ -72,8 +73,8 @@ def eval_teams(cfg: TrainConfig, policy: Any, curriculum: CurriculumRun | None) 
         (f"{stage.team}/", stage.team, partial(stage_factory, cfg, stage)) for stage in fielded]
 
 
-def final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
-               pool: PoolRun | None = None, curriculum: CurriculumRun | None = None) -> dict[str, float]:
+def final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int, pool: PoolRun | None = None,
+               curriculum: CurriculumRun | None = None, console: Console | None = None) -> dict[str, float]:
     """Held-out figures at the end: `eval/<split>/...` for the run's team (a curriculum's last stage, or the
     furthest it reached when newcomers lack a policy), and with a curriculum `eval/<team>/<split>/...` for
     every distinct team of its stages that the run can field (`n4`: forgetting, transfer)."""
@@ -85,25 +86,32 @@ def final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
     if cfg.eval_episodes <= 0:
         tr.log_metrics(final, step=step)
         return final
+    console = console or Console(quiet=True)
     played: dict[tuple[str, str], tuple[dict[str, float], dict[str, float]]] = {}  # (team, split) -> figures
-    for label, team, factory_of in eval_teams(cfg, policy, curriculum):
+    teams = eval_teams(cfg, policy, curriculum)
+    games = len({(team, split) for _, team, _ in teams for split in cfg.eval_splits})
+    bar = console.bar(total=games * cfg.eval_episodes * (2 if cfg.eval_sampled else 1), desc="eval", unit="ep",
+                      leave=False)
+    for label, team, factory_of in teams:
         for split in cfg.eval_splits:
             if (team, split) not in played:
                 make_env = factory_of(split=split)
                 worker = RolloutWorker(make_env, policy, chat)
                 seeds = list(make_env().eval_seeds(split, cfg.eval_episodes))
-                greedy, batch = evaluate(worker, seeds, greedy=True)
+                greedy, batch = evaluate(worker, seeds, greedy=True, progress=bar.update)
                 greedy.update(prediction_metrics(policy, batch))
                 if not label:
                     tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
                 # greedy play can tip on one looping path; sampled play averages over paths
-                sampled = evaluate(worker, seeds, greedy=False, sample_seed=0)[0] if cfg.eval_sampled else {}
+                sampled = evaluate(worker, seeds, greedy=False, sample_seed=0, progress=bar.update)[0] \
+                    if cfg.eval_sampled else {}
                 played[team, split] = greedy, sampled
             greedy, sampled = played[team, split]
             final.update({f"eval/{label}{split}/{k}": v for k, v in greedy.items()})
             final.update({f"eval_sampled/{label}{split}/{k}": v for k, v in sampled.items()})
+    bar.close()
     tr.log_metrics(final, step=step)
-    print("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")), flush=True)
+    console.say("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")))
     return final
 
 

@@ -40,6 +40,9 @@ from marl.run.checkpoint import CheckpointError
 RESUME_DIR = "resume"
 STATE_FILE = "trainer.pt"
 INFO_FILE = "resume.json"
+START_FILE = "run.json"
+"""A run's folder holds this from its start: its run id and resolved config, so a run killed before its
+first resume point (in SFT) can start over in the same MLflow run."""
 
 
 @dataclass
@@ -52,7 +55,12 @@ class ResumePoint:
 
     @property
     def iteration(self) -> int:
-        return int(self.info["iteration"])
+        return int(self.info.get("iteration", 0))
+
+    @property
+    def restart(self) -> bool:
+        """The run stopped before its first resume point: it starts over (same config, same MLflow run)."""
+        return "iteration" not in self.info
 
     @property
     def run_id(self) -> str:
@@ -145,8 +153,18 @@ def points(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.removeprefix("it-")))
 
 
+def write_run_start(run_dir: Path, run_id: str, cfg: TrainConfig) -> None:
+    """The record a run starts over from when it is stopped before its first resume point (written atomically)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / (START_FILE + ".tmp")
+    tmp.write_text(json.dumps({"run_id": run_id, "config": dataclasses.asdict(cfg)}, indent=1, default=str))
+    _fsync(tmp)
+    tmp.replace(run_dir / START_FILE)
+
+
 def find_resume_point(path: str | Path) -> Path:
-    """A resume point folder from a point, a `resume` folder or a run folder (its newest point)."""
+    """A resume point folder from a point, a `resume` folder or a run folder (its newest point; a run folder
+    with none yet but its start record: the folder itself, to start over)."""
     path = Path(path).expanduser()
     if (path / INFO_FILE).is_file():
         return path
@@ -154,6 +172,8 @@ def find_resume_point(path: str | Path) -> Path:
         found = points(root)
         if found:
             return found[-1]
+    if (path / START_FILE).is_file():
+        return path
     raise CheckpointError(f"{path} holds no resume point (a folder with {INFO_FILE} and {STATE_FILE}, or a run folder "
                           f"with {RESUME_DIR}/it-N): pass <output_dir>/<run_id> of the run to continue")
 
@@ -193,6 +213,11 @@ def load_resume_point(path: str | Path, tracking_uri: str | None = None) -> Resu
             raise CheckpointError(f"{path}: a runs:/ URI needs the tracking URI of its MLflow store")
         path = resolve_runs_uri(str(path), tracking_uri)
     folder = find_resume_point(path)
+    if not (folder / INFO_FILE).is_file():  # a run stopped before its first point: its start record
+        try:
+            return ResumePoint(folder, json.loads((folder / START_FILE).read_text()), {})
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{folder / START_FILE} does not read as a run's start record ({err})") from None
     try:
         info = json.loads((folder / INFO_FILE).read_text())
         state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)

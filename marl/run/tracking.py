@@ -95,6 +95,9 @@ class Tracker:
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
 
+    def log_artifact(self, local_file: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(local_file), artifact_path or None)
+
     def log_artifacts(self, local_dir: str | Path, artifact_path: str) -> None:
         self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
 

@@ -13,14 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 import comms
 from marl.config import TrainConfig
 from marl.config.files import flatten
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
-from marl.engine.opponent import DemoHints
 from marl.engine.policy_map import PolicyMap
 from marl.engine.rollout import RolloutWorker, task_groups
 from marl.engine.sequences import subset
@@ -36,13 +34,15 @@ from marl.run.build import (
     train_env_factory,
     train_seeds,
 )
+from marl.run.console import Console, iteration_line
 from marl.run.curriculum import CurriculumRun
 from marl.run.learners import ResumeWriter, build_learners, newcomer_learner, restore_trainer, role_function
 from marl.run.memory import peak_rss_gb, rss_gb, trim_heap
 from marl.run.pool import PoolRun
-from marl.run.resume import DeferredStop, ResumePoint, load_resume_point
-from marl.run.sft import conversations, demonstration_episodes, imitable, perturbed_fraction, run_sft
+from marl.run.resume import DeferredStop, ResumePoint, load_resume_point, write_run_start
+from marl.run.sft import demonstration_episodes
 from marl.run.tracking import Tracker
+from marl.run.warm_start import demo_hints, demonstrations, warm_start
 from policies.chat import ChatFormat
 from policies.presets import count_parameters
 
@@ -85,8 +85,9 @@ def train(cfg: TrainConfig) -> TrainResult:
     point = load_resume_point(cfg.resume, cfg.tracking.tracking_uri) if cfg.resume else None
     if point is not None:
         cfg = point.config()
-        print(f"resuming run {point.run_id} after RL iteration {point.iteration} from {point.folder} "
-              "(its saved config; other flags are ignored)", flush=True)
+        where = ("over from the beginning: it stopped before its first resume point" if point.restart
+                 else f"after RL iteration {point.iteration} from {point.folder}")
+        print(f"resuming run {point.run_id} {where} (its saved config; other flags are ignored)", flush=True)
     cfg = cfg.validate().resolved()  # checked once; resolving only fills in defaults
     seed_everything(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -95,9 +96,15 @@ def train(cfg: TrainConfig) -> TrainResult:
     # SFT's demonstrations and the tokenizer's first texts come from the first stage (its split and options too)
     make_env = train_env_factory(cfg, cfg.train_split) if curriculum is None else curriculum.first_factory
     run_name = cfg.tracking.run_name
+    console = Console(cfg.quiet)
     with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location,
                  run_id=point.run_id if point is not None else None) as tr:
+        if point is not None and point.restart:  # the same MLflow run, everything else as a fresh run
+            tr.set_tags({"restarted": "true"})
+            point = None
+        console.log_to(out_root / tr.run_id / "console.log")
         if point is None:
+            write_run_start(out_root / tr.run_id, tr.run_id, cfg)
             tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
             tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
         else:
@@ -118,7 +125,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         demo_rng = point.state["demo_rng"] if point is not None else dict(rng.bit_generator.state)
         demos = None
         if cfg.sft.seconds > 0 and point is None:
-            demos = _warm_start(cfg, tr, worker, chat, policy, tokenizer, rng)
+            demos = warm_start(cfg, tr, worker, chat, policy, tokenizer, rng, console)
         # Every policy of a mapping starts from the same warm start, then each learns on its own agents.
         policies = build_policy_map(cfg.policy_mapping, cfg.scenario, policy, make_env)
         if point is not None:  # a curriculum's newcomers get their places back (their weights come with the learners)
@@ -140,63 +147,25 @@ def train(cfg: TrainConfig) -> TrainResult:
             writer = ResumeWriter(cfg, out_root / tr.run_id, tr.run_id, tokenizer, demo_rng,
                                   log_artifacts=tr.log_artifacts if cfg.checkpoint.log_to_mlflow else None)
             last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool, curriculum,
-                                                 writer, point)
+                                                 writer, point, console)
         ckpt_dir = outputs.write_checkpoint(out_root / tr.run_id / "checkpoint", cfg, tokenizer, policies, tr.run_id,
                                             last_iteration, critics, pool, curriculum)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
         if curriculum is not None and curriculum.trace:
             tr.log_artifacts(curriculum.draw(out_root / tr.run_id / "curriculum" / "curriculum.png").parent,
                              "curriculum")
-        final = outputs.final_eval(cfg, tr, policies, chat, last_iteration, pool, curriculum)
+        final = outputs.final_eval(cfg, tr, policies, chat, last_iteration, pool, curriculum, console)
+        console.close()
+        tr.log_artifact(console.path)  # the run's console lines, RL's per-iteration summaries among them
     print(f"run_id: {tr.run_id}")
     print(f"checkpoint: {ckpt_dir}")
     print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
     return TrainResult(tr.run_id, ckpt_dir, cfg.tracking.tracking_uri, final)
 
 
-def _warm_start(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, chat: Any, policy: Any, tokenizer: Any,
-                rng: np.random.Generator) -> dict[str, list[list[int]]]:
-    """SFT on scripted-expert demonstrations (and the opponent head, when the policy has one); returns the
-    demonstrations (PPO-ptx reuses them)."""
-    t0 = time.perf_counter()
-    episodes = demonstration_episodes(worker, train_seeds(rng, cfg.sft.episodes), noise=cfg.sft.demo_noise,
-                                      seed=cfg.seed)
-    columns = demonstrations(chat, episodes, demo_hints(cfg, policy))
-    bar = tqdm(total=int(cfg.sft.seconds), desc="sft (s)", unit="s", leave=False)
-
-    def progress(elapsed: float) -> None:
-        bar.update(int(elapsed) - bar.n)
-
-    figures = run_sft(policy.model, tokenizer, columns, cfg.sft, cfg.seed, tr.log_metrics, progress,
-                      head=policy.opponent_head, head_coef=cfg.opponent.coef)
-    bar.close()
-    figures["sft/demo_seconds"] = time.perf_counter() - t0 - figures["sft/seconds"]
-    trim_heap()
-    figures["perf/peak_rss_gb"] = peak_rss_gb()
-    if cfg.sft.demo_noise > 0:
-        figures["sft/demo_perturbed_fraction"] = perturbed_fraction(episodes)
-    tr.log_metrics(figures, step=0)
-    print(f"sft: {int(figures['sft/steps'])} steps in {figures['sft/seconds']:.0f}s, "
-          f"mean loss {figures['sft/mean_loss']:.3f}", flush=True)
-    return columns
-
-
-def demonstrations(chat: Any, episodes: list[Any], hints: DemoHints | None = None) -> dict[str, list[Any]]:
-    """SFT columns of expert episodes plus the agent of each (PPO-ptx gives each policy its own agents')."""
-    return {**conversations(chat, episodes, hints), "agents": [ep.agent for ep in episodes if imitable(ep)]}
-
-
-def demo_hints(cfg: TrainConfig, policy: Any) -> DemoHints | None:
-    """The predictions demonstrations show under `aux+input` (None otherwise)."""
-    head = policy.opponent_head
-    if head is None or not head.feeds_prompt:
-        return None
-    return DemoHints(head.classes, head.slots, cfg.opponent.hint_noise, cfg.seed)
-
-
 def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: PolicyMap, chat: Any,
                demos: Any, rng: np.random.Generator, pool: PoolRun | None, curriculum: CurriculumRun | None,
-               writer: ResumeWriter, point: ResumePoint | None) -> tuple[int, dict[str, Any]]:
+               writer: ResumeWriter, point: ResumePoint | None, console: Console) -> tuple[int, dict[str, Any]]:
     """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics.
     With an opponent pool the learner plays one side of each task and a pool entry the others; with a
     curriculum each task plays the stage it draws, and a promotion may bring newcomers' policies.
@@ -227,7 +196,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     def save_best(folder: Path) -> None:
         outputs.write_checkpoint(folder, cfg, writer.tokenizer, policies, writer.run_id, it, critics(), pool, curriculum)
     start = time.perf_counter() - spent
-    bar = tqdm(range(first + 1, cfg.iterations + 1), desc="rl", unit="it", initial=first, total=cfg.iterations)
+    bar = console.bar(iterable=range(first + 1, cfg.iterations + 1), desc="rl", unit="it", initial=first,
+                      total=cfg.iterations)
     it = first
     with DeferredStop() as stop:
         for it in bar:
@@ -278,6 +248,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             metrics["alerts/count"] = float(alerts.fired)
             tr.log_metrics(metrics, step=it)
             bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")
+            console.say(iteration_line(it, cfg.iterations, metrics))
             if periodic.due(it):
                 periodic(tr, policies, it, curriculum, save_best)
             out_of_time = time.perf_counter() - start >= cfg.rl.seconds

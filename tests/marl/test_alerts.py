@@ -75,4 +75,9 @@ def test_an_alert_in_stop_on_ends_rl_with_tags_a_checkpoint_and_a_finished_run(t
     assert run.data.tags["alert/entropy"].startswith("iteration 1: mean entropy")
     assert [m.step for m in client.get_metric_history(result.run_id, "alerts/count")] == [1]
     assert (result.checkpoint / "config.json").is_file()
-    assert "WARNING alert entropy at RL iteration 1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "WARNING alert entropy at RL iteration 1" in out
+    # the run's kept console line of that iteration, on screen, in its log and as an artifact
+    log = (result.checkpoint.parent / "console.log").read_text()
+    assert "it 1/5  success " in log and "it 1/5  success " in out and "it 2/5" not in log
+    assert "console.log" in [a.path for a in client.list_artifacts(result.run_id)]

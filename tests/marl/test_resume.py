@@ -284,3 +284,23 @@ def test_a_runs_uri_finds_the_runs_folder_or_its_logged_points_and_the_run_resum
     resumed = train(dataclasses.replace(run_cfg(tmp_path), resume=f"runs:/{whole.run_id}/resume/it-000001"))
     assert resumed.run_id == whole.run_id
     assert MlflowClient(uri).get_run(whole.run_id).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_a_run_killed_before_its_first_point_starts_over_in_the_same_mlflow_run(tmp_path, uninterrupted):
+    proc = subprocess.Popen(_train_argv(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "runs").glob("*/run.json")):  # the run has started: model building or SFT
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    run_dir = _only_run(tmp_path)
+    assert not points(run_dir / "resume")
+    resumed = subprocess.run([*_train_argv(tmp_path), "--resume", str(run_dir)], capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0 and "over from the beginning" in resumed.stdout, resumed.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("marl").experiment_id])
+    assert run.info.run_id == run_dir.name and run.info.status == "FINISHED" and run.data.tags["restarted"] == "true"
+    assert_identical(uninterrupted, run_dir / "checkpoint")
