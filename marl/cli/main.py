@@ -17,6 +17,7 @@ import tyro
 from marl.config import CompareConfig, ConfigError, EvalConfig, TrainConfig
 from marl.config.checks import deferred_checks
 from marl.config.files import REMOVED_KEYS, load_yaml
+from marl.config.sections import experiment_or_default, tracking_uri_or_default
 from marl.engine.errors import NonFiniteError
 from marl.run.checkpoint import CheckpointError
 
@@ -82,7 +83,8 @@ def _compare(argv: list[str]) -> int:
     from marl.cli.compare import compare_table
 
     args = tyro.cli(CompareConfig, args=argv, prog="marl compare")
-    print(compare_table(args.tracking_uri, args.experiment, list(args.metrics), args.max_runs))
+    print(compare_table(tracking_uri_or_default(args.tracking_uri), experiment_or_default(args.experiment),
+                        list(args.metrics), args.max_runs))
     return 0
 
 

@@ -79,10 +79,10 @@ class EvalConfig(SelfChecking):
 class CompareConfig(SelfChecking):
     """`marl compare`: the runs of an experiment side by side."""
 
-    experiment: str = TrackingConfig.experiment
-    """MLflow experiment name."""
-    tracking_uri: str = TrackingConfig.tracking_uri
-    """MLflow tracking URI."""
+    experiment: str | None = TrackingConfig.experiment
+    """MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else marl)."""
+    tracking_uri: str | None = TrackingConfig.tracking_uri
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
     metrics: tuple[str, ...] = ("eval/basic/success_rate", "eval/hard/success_rate", "eval/adversarial/success_rate")
     """Metrics to show (last value of each run)."""
     max_runs: int = 50

@@ -9,6 +9,7 @@ its critic, a scenario and its agent count) belong to `marl.config.train.TrainCo
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -327,10 +328,10 @@ class CommsConfig(SelfChecking):
 class TrackingConfig(SelfChecking):
     """MLflow tracking."""
 
-    tracking_uri: str = "sqlite:///mlflow.db"
-    """MLflow tracking URI; the default is a sqlite file in the working directory."""
-    experiment: str = "marl"
-    """MLflow experiment name."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory)."""
+    experiment: str | None = None
+    """MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else marl)."""
     run_name: str | None = None
     """MLflow run name (default: scenario-model-seed)."""
     artifact_location: str = "mlruns"
@@ -340,10 +341,26 @@ class TrackingConfig(SelfChecking):
 
     def validate(self) -> TrackingConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
-        require(bool(self.tracking_uri), "tracking_uri must not be empty (e.g. sqlite:///mlflow.db)")
-        require(bool(self.experiment), "experiment must not be empty")
+        require(self.tracking_uri is None or bool(self.tracking_uri),
+                "tracking_uri must not be empty (e.g. sqlite:///mlflow.db)")
+        require(self.experiment is None or bool(self.experiment), "experiment must not be empty")
         positive("transcripts", self.transcripts, allow_zero=True)
         return self
+
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+DEFAULT_EXPERIMENT = "marl"
+
+
+def tracking_uri_or_default(given: str | None) -> str:
+    """The tracking URI a command uses: the one given, else $MLFLOW_TRACKING_URI (as MLflow reads it), else the
+    local sqlite file."""
+    return given or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def experiment_or_default(given: str | None) -> str:
+    """The experiment a command uses: the one given, else $MLFLOW_EXPERIMENT_NAME, else `marl`."""
+    return given or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
 
 
 @dataclass

@@ -31,6 +31,8 @@ from marl.config.sections import (
     RLConfig,
     TrackingConfig,
     WarmStartConfig,
+    experiment_or_default,
+    tracking_uri_or_default,
 )
 
 
@@ -106,6 +108,8 @@ class TrainConfig(SelfChecking):
         if out.eval_splits is None:
             out.eval_splits = tuple(s for s in info.splits if s != self.train_split)
         out.tracking.run_name = out.tracking.run_name or f"{self.scenario}-{self.policy.model}-s{self.seed}"
+        out.tracking.tracking_uri = tracking_uri_or_default(self.tracking.tracking_uri)
+        out.tracking.experiment = experiment_or_default(self.tracking.experiment)
         return out
 
     def validate(self) -> TrainConfig:

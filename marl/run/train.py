@@ -17,6 +17,7 @@ import numpy as np
 import comms
 from marl.config import TrainConfig
 from marl.config.files import flatten
+from marl.config.sections import tracking_uri_or_default
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
 from marl.engine.policy_map import PolicyMap
@@ -82,7 +83,7 @@ def log_topology(cfg: TrainConfig, tr: Tracker, make_env: Any, out_dir: Path) ->
 
 def train(cfg: TrainConfig) -> TrainResult:
     """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag."""
-    point = load_resume_point(cfg.resume, cfg.tracking.tracking_uri) if cfg.resume else None
+    point = load_resume_point(cfg.resume, tracking_uri_or_default(cfg.tracking.tracking_uri)) if cfg.resume else None
     if point is not None:
         cfg = point.config()
         where = ("over from the beginning: it stopped before its first resume point" if point.restart

@@ -72,7 +72,7 @@ def test_yaml_roundtrip_and_unknown_keys(tmp_path):
 
 
 def test_flatten_names_sections():
-    flat = flatten(TrainConfig())
+    flat = flatten(TrainConfig().resolved())
     assert flat["rl.group_size"] == "8" and flat["tracking.tracking_uri"].startswith("sqlite")
 
 

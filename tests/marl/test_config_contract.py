@@ -94,3 +94,17 @@ def test_checking_never_changes_a_field_and_resolving_returns_a_copy():
 def test_defaults_shared_by_commands_live_in_one_field():
     assert EvalConfig.model == PolicyConfig.model and EvalConfig.output_dir == TrainConfig.output_dir
     assert CompareConfig.tracking_uri == TrackingConfig.tracking_uri
+
+
+def test_mlflow_environment_variables_fill_in_the_store_and_experiment_but_an_explicit_value_wins(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    plain = TrainConfig().resolved().tracking
+    assert (plain.tracking_uri, plain.experiment) == ("sqlite:///mlflow.db", "marl")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "team-a")
+    from_env = TrainConfig().resolved().tracking
+    assert (from_env.tracking_uri, from_env.experiment) == ("sqlite:///elsewhere.db", "team-a")
+    cfg = TrainConfig()
+    cfg.tracking.tracking_uri, cfg.tracking.experiment = "sqlite:///mine.db", "mine"
+    assert (cfg.resolved().tracking.tracking_uri, cfg.resolved().tracking.experiment) == ("sqlite:///mine.db", "mine")
