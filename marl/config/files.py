@@ -1,4 +1,4 @@
-"""Configs in and out of files: YAML into `TrainConfig`, and a config flattened into MLflow params.
+"""Configs in and out of files: YAML into `TrainConfig` and back, and a config flattened into MLflow params.
 
 YAML is read with `safe_load` only and every key is checked against the dataclass fields, so a typo
 fails at startup with the valid keys listed; nothing is ever imported by a dotted path from a config.
@@ -62,6 +62,19 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         return kind(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{name}={value!r} must be of type {kind.__name__}") from None
+
+
+def to_yaml(cfg: TrainConfig) -> str:
+    """A config as the YAML `marl train --config` reads back into the same config (`resume` and `config` left out:
+    they say how a run started, not what it is)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return [plain(v) for v in value] if isinstance(value, list | tuple) else value
+    data = plain(dataclasses.asdict(cfg))
+    data.pop("resume", None)
+    data.pop("config", None)
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def load_yaml(path: str | Path, check: bool = True) -> TrainConfig:

@@ -4,7 +4,9 @@ Metrics of a step go in one `log_batch` call (one call per metric is far slower 
 ended FINISHED on success, FAILED on an exception (its traceback an artifact, `error/traceback.txt`) and
 KILLED on Ctrl-C or SIGTERM, so nothing logged before a crash is lost and no run is left RUNNING. A
 resumed run reopens its run (RUNNING again) instead of creating one.
-A new experiment gets a pinned artifact location, so artifacts never land wherever the current
+A new run carries where it came from (user, command, git commit: `marl.run.source`), and its experiment the
+tag that makes MLflow's UI open it as model training; system metrics (CPU, memory, disk, network) are
+sampled on request. A new experiment gets a pinned artifact location, so artifacts never land wherever the current
 directory happens to be. Metric names are checked against MLflow's allowed characters up front.
 """
 
@@ -20,6 +22,8 @@ from typing import Any
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from marl.run.source import EXPERIMENT_KIND, source_tags
+
 _NAME_OK = re.compile(r"^[A-Za-z0-9_\-. :/]{1,250}$")
 
 
@@ -34,23 +38,36 @@ class Tracker:
     """One MLflow run; use as a context manager."""
 
     def __init__(self, tracking_uri: str, experiment: str, run_name: str | None, artifact_location: str,
-                 run_id: str | None = None) -> None:
+                 run_id: str | None = None, command: str = "marl train", system_metrics: bool = False) -> None:
+        """`run_id`: continue that run (a resumed run, or the one `mlflow run` made: `$MLFLOW_RUN_ID`) instead
+        of creating one; `system_metrics`: sample CPU, memory, disk and network into `system/...` meanwhile."""
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
-        if run_id is not None:  # a resumed run: the same run, RUNNING again, its metrics continue at later steps
+        self.monitor: Any = None
+        if run_id is not None:  # the same run, RUNNING again, its metrics continue at later steps
             self.run = self.client.get_run(run_id)
             self.experiment_id = self.run.info.experiment_id
             self.run_id = run_id
             self.client.update_run(run_id, status="RUNNING")
-            return
-        exp = self.client.get_experiment_by_name(experiment)
-        if exp is None:
-            exp_id = self.client.create_experiment(experiment, artifact_location=resolve_artifact_location(artifact_location))
         else:
-            exp_id = exp.experiment_id
-        self.experiment_id = exp_id
-        self.run = self.client.create_run(exp_id, run_name=run_name)
-        self.run_id: str = self.run.info.run_id
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None:
+                exp_id = self.client.create_experiment(experiment, tags=EXPERIMENT_KIND,
+                                                       artifact_location=resolve_artifact_location(artifact_location))
+            else:
+                exp_id = exp.experiment_id
+            self.experiment_id = exp_id
+            self.run = self.client.create_run(exp_id, run_name=run_name, tags=source_tags(command))
+            self.run_id: str = self.run.info.run_id
+        kind = self.client.get_experiment(self.experiment_id).tags.get("mlflow.experimentKind")
+        if kind is None:  # an experiment made elsewhere: say what it holds, so the UI opens it as model training
+            self.client.set_experiment_tag(self.experiment_id, *next(iter(EXPERIMENT_KIND.items())))
+        if system_metrics:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            self.monitor = SystemMetricsMonitor(self.run_id, resume_logging=run_id is not None,
+                                                tracking_uri=tracking_uri)
+            self.monitor.start()
 
     def __enter__(self) -> Tracker:
         return self
@@ -58,6 +75,8 @@ class Tracker:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt | SystemExit)
         status = "FINISHED" if exc_type is None else ("KILLED" if interrupted else "FAILED")
+        if self.monitor is not None:  # its last samples go in while the run is still RUNNING
+            self.monitor.finish()
         try:
             if exc_type is not None:
                 self.set_tags({"error": f"{exc_type.__name__}: {exc}"[:4000]})
@@ -103,4 +122,8 @@ class Tracker:
 
     def ui_command(self) -> str:
         return f"mlflow ui --backend-store-uri {self.tracking_uri}"
+
+    def ui_path(self) -> str:
+        """The run's page in the MLflow UI, after its address (as a model-training run, not the GenAI view)."""
+        return f"/#/experiments/{self.experiment_id}/runs/{self.run_id}?workflowType=machine_learning"
 

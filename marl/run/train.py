@@ -7,6 +7,7 @@ advantages, learner, SFT, tracking, checkpoint) live in their own modules.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 
 import comms
 from marl.config import TrainConfig
-from marl.config.files import flatten
+from marl.config.files import flatten, to_yaml
 from marl.config.sections import tracking_uri_or_default
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
@@ -98,8 +99,10 @@ def train(cfg: TrainConfig) -> TrainResult:
     make_env = train_env_factory(cfg, cfg.train_split) if curriculum is None else curriculum.first_factory
     run_name = cfg.tracking.run_name
     console = Console(cfg.quiet)
+    # Under `mlflow run` the run exists already: $MLFLOW_RUN_ID names it.
+    run_id = point.run_id if point is not None else os.environ.get("MLFLOW_RUN_ID")
     with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location,
-                 run_id=point.run_id if point is not None else None) as tr:
+                 run_id=run_id, system_metrics=cfg.tracking.system_metrics) as tr:
         if point is not None and point.restart:  # the same MLflow run, everything else as a fresh run
             tr.set_tags({"restarted": "true"})
             point = None
@@ -107,7 +110,9 @@ def train(cfg: TrainConfig) -> TrainResult:
         if point is None:
             write_run_start(out_root / tr.run_id, tr.run_id, cfg)
             tr.log_params(flatten(cfg))  # before anything slow, so even a failed run says what it was
-            tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents)})
+            tr.log_text(to_yaml(cfg), "config.yaml")  # `marl train --config config.yaml` runs it again
+            tr.set_tags({"scenario": cfg.scenario, "algo": cfg.algo, "agents": str(cfg.agents),
+                         "policy": cfg.policy.model, "mlflow.runName": run_name})
         else:
             tr.set_tags({"resumed_after_iteration": str(point.iteration)})
         stage_envs = curriculum.factories if curriculum is not None else {}
@@ -160,7 +165,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         tr.log_artifact(console.path)  # the run's console lines, RL's per-iteration summaries among them
     print(f"run_id: {tr.run_id}")
     print(f"checkpoint: {ckpt_dir}")
-    print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000)")
+    print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000{tr.ui_path()})")
     return TrainResult(tr.run_id, ckpt_dir, cfg.tracking.tracking_uri, final)
 
 
