@@ -22,19 +22,25 @@ from typing import Any
 import numpy as np
 
 import scenarios
-from marl.config import CommsConfig, ConfigError, EvalConfig, PolicyConfig, TrainConfig
+from marl.config import CommsConfig, ConfigError, EvalConfig, PolicyConfig, TrackingConfig, TrainConfig
+from marl.config.files import flatten
+from marl.config.sections import experiment_or_default, tracking_uri_or_default
 from marl.engine.opponent import prediction_metrics
 from marl.engine.rollout import RolloutWorker, expert_actor, team_name
 from marl.run.build import build_tokenizer, env_factory, load_policy, new_policy
 from marl.run.checkpoint import CheckpointMeta, read_meta
 from marl.run.evaluate import evaluate
+from marl.run.runs_uri import checkpoint_folder
+from marl.run.tracking import Tracker
 from policies.chat import ChatFormat
 from policies.random_policy import RandomPolicy
 
 
 def run_eval(args: EvalConfig) -> dict[str, Any]:
     """Evaluate per `EvalConfig` (checked when built); returns the JSON-ready figures."""
-    meta = read_meta(args.checkpoint) if args.policy == "checkpoint" else None
+    checkpoint = checkpoint_folder(args.checkpoint, tracking_uri_or_default(args.tracking_uri)) \
+        if args.policy == "checkpoint" else None
+    meta = read_meta(checkpoint) if checkpoint is not None else None
     scenario = target_scenario(args, meta)
     options = meta.scenario_options if meta is not None and meta.scenario == scenario else {}
     info = scenarios.info(scenario)
@@ -50,7 +56,7 @@ def run_eval(args: EvalConfig) -> dict[str, Any]:
 
     policy = chat = actor = None
     if args.policy == "checkpoint":
-        policy, chat, _ = load_policy(args.checkpoint, device=args.device)
+        policy, chat, _ = load_policy(checkpoint, device=args.device)
     elif args.policy == "expert":
         actor = expert_actor
     elif args.policy == "random":
@@ -87,9 +93,46 @@ def run_eval(args: EvalConfig) -> dict[str, Any]:
     out["agent_episodes"] = int(figures["episodes"])
     if args.checkpoint:
         out["checkpoint"] = str(args.checkpoint)
+    if meta is not None and meta.run_id:
+        out["trained_run_id"], out["trained_iteration"] = meta.run_id, meta.iteration
     if scripted is not None:
         out["scripted_team"] = args.scripted_team
     return out
+
+
+def track_eval(args: EvalConfig, report: dict[str, Any]) -> str:
+    """Log an evaluation as its own MLflow run: its flags as params, `eval/<split>/<figure>` at the training run's
+    last iteration, the transcripts file; linked to the training run (tag `trained_run_id`, and as its child
+    run, `mlflow.parentRunId`, where that run is in this store). Returns the evaluation run's id."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri_or_default(args.tracking_uri)
+    trained = report.get("trained_run_id")
+    parent = None
+    if trained:
+        try:
+            parent = MlflowClient(uri).get_run(trained)
+        except MlflowException:
+            parent = None  # trained against another store: the tag still names it
+    experiment = args.experiment or (MlflowClient(uri).get_experiment(parent.info.experiment_id).name if parent
+                                     else experiment_or_default(None))
+    name = f"eval-{report['scenario']}-{report['split']}-" + (parent.info.run_name if parent else args.policy)
+    with Tracker(uri, experiment, name, TrackingConfig.artifact_location, command="marl eval") as tr:
+        tr.log_params(flatten(args))
+        tags = {"scenario": str(report["scenario"]), "split": str(report["split"]), "policy": str(args.policy),
+                "agents": str(report["agents"])}
+        if trained:
+            tags["trained_run_id"] = str(trained)
+        if parent is not None and parent.info.experiment_id == tr.experiment_id:
+            tags["mlflow.parentRunId"] = str(trained)
+        tr.set_tags(tags)
+        figures = {f"eval/{report['split']}/{k}": float(v) for k, v in report.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool) and k not in ("agents", "trained_iteration")}
+        tr.log_metrics(figures, step=int(report.get("trained_iteration", 0)))
+        if args.transcripts:
+            tr.log_artifact(args.transcripts, "transcripts")
+    return tr.run_id
 
 
 def target_scenario(args: EvalConfig, meta: CheckpointMeta | None) -> str:

@@ -72,10 +72,13 @@ def _train(argv: list[str]) -> int:
 
 
 def _eval(argv: list[str]) -> int:
-    from marl.cli.eval import run_eval
+    from marl.cli.eval import run_eval, track_eval
 
     args = tyro.cli(EvalConfig, args=argv, prog="marl eval")
-    print(json.dumps(run_eval(args), sort_keys=True))
+    report = run_eval(args)
+    if args.track:
+        report["run_id"] = track_eval(args, report)
+    print(json.dumps(report, sort_keys=True))
     return 0
 
 

@@ -19,7 +19,7 @@ class EvalConfig(SelfChecking):
     """`marl eval`: held-out evaluation of a checkpoint or a baseline policy."""
 
     checkpoint: str | None = None
-    """Checkpoint folder printed by `marl train` (needed unless --policy is a baseline)."""
+    """Checkpoint folder printed by `marl train`, or `runs:/<run_id>[/checkpoint|/best]` (needed unless --policy is a baseline)."""
     policy: EvalPolicy = "checkpoint"
     """`checkpoint`, or a baseline: `expert` (scripted), `random` (uniform valid action), `untrained` (random-init LLM)."""
     scenario: str | None = None
@@ -56,6 +56,12 @@ class EvalConfig(SelfChecking):
     """Folder of the tokenizer cache for `--policy untrained`."""
     device: str = PolicyConfig.device
     """Torch device of the evaluated policy: `auto` (cuda when available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
+    track: bool = True
+    """Log the evaluation as its own MLflow run (a child of the training run where that run is in the same store)."""
+    tracking_uri: str | None = TrackingConfig.tracking_uri
+    """MLflow tracking URI of the evaluation run and of `runs:/` checkpoints (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
+    experiment: str | None = None
+    """MLflow experiment of the evaluation run (default: the training run's, else $MLFLOW_EXPERIMENT_NAME, else marl)."""
 
     def validate(self) -> EvalConfig:
         """Check the flags that need no scenario; raise ConfigError naming the flag and the fix."""

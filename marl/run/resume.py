@@ -36,6 +36,7 @@ import torch
 from marl.config import TrainConfig
 from marl.config.files import from_dict
 from marl.run.checkpoint import CheckpointError
+from marl.run.runs_uri import is_runs_uri, run_folder, split_runs_uri
 
 RESUME_DIR = "resume"
 STATE_FILE = "trainer.pt"
@@ -178,40 +179,31 @@ def find_resume_point(path: str | Path) -> Path:
                           f"with {RESUME_DIR}/it-N): pass <output_dir>/<run_id> of the run to continue")
 
 
-RUNS_SCHEME = "runs:/"
+def _runs_uri_point(uri: str, tracking_uri: str) -> Path:
+    """A `runs:/<run_id>[/resume/it-N]` URI as a local folder: the run's own where it is on this machine, else the
+    points it logged as artifacts (`checkpoint.log_to_mlflow`; no path: the newest), downloaded."""
+    def usable(local: Path) -> bool:
+        return bool(points(local) or points(local / RESUME_DIR) or (local / INFO_FILE).is_file()
+                    or (local / START_FILE).is_file())
 
+    def artifact(rest: str, folders: list[str]) -> str | None:
+        if rest:
+            return rest
+        if RESUME_DIR not in folders:
+            return None
+        from mlflow.tracking import MlflowClient
 
-def resolve_runs_uri(uri: str, tracking_uri: str) -> Path:
-    """A `runs:/<run_id>[/<path>]` URI as a local folder: the run's own folder under the `output_dir` it logged
-    (`<path>` inside it; none: its newest point) where that is on this machine, else the resume points the run
-    logged as artifacts (`checkpoint.log_to_mlflow`), downloaded."""
-    from mlflow.artifacts import download_artifacts
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    run_id, _, rest = uri.removeprefix(RUNS_SCHEME).strip("/").partition("/")
-    client = MlflowClient(tracking_uri)
-    try:
-        run = client.get_run(run_id)
-    except MlflowException as err:
-        raise CheckpointError(f"{uri}: no run {run_id!r} in {tracking_uri} (pass --tracking-uri of the store that "
-                              f"holds it): {err.message}") from None
-    local = Path(run.data.params.get("output_dir", "runs")) / run_id / rest
-    if local.exists() and (points(local) or points(local / RESUME_DIR) or (local / INFO_FILE).is_file()):
-        return local
-    logged = sorted(f.path for f in client.list_artifacts(run_id, RESUME_DIR) if f.is_dir)
-    if not logged:
-        raise CheckpointError(f"{uri}: the run's folder {local} is not on this machine and the run logged no resume "
-                              "points as artifacts (checkpoint.log_to_mlflow)")
-    return Path(download_artifacts(run_id=run_id, artifact_path=rest or logged[-1], tracking_uri=tracking_uri))
+        logged = sorted(f.path for f in MlflowClient(tracking_uri).list_artifacts(split_runs_uri(uri)[0], RESUME_DIR))
+        return logged[-1] if logged else None
+    return run_folder(uri, tracking_uri, usable, artifact)
 
 
 def load_resume_point(path: str | Path, tracking_uri: str | None = None) -> ResumePoint:
     """The resume point at `path` (a point, a run folder, or `runs:/<run_id>[/<path>]` in `tracking_uri`)."""
-    if str(path).startswith(RUNS_SCHEME):
+    if is_runs_uri(path):
         if tracking_uri is None:
             raise CheckpointError(f"{path}: a runs:/ URI needs the tracking URI of its MLflow store")
-        path = resolve_runs_uri(str(path), tracking_uri)
+        path = _runs_uri_point(str(path), tracking_uri)
     folder = find_resume_point(path)
     if not (folder / INFO_FILE).is_file():  # a run stopped before its first point: its start record
         try:

@@ -1,6 +1,6 @@
 """End to end through the real CLI in a subprocess: `marl train` with a tiny budget, then `marl eval`.
 
-Real parts only: the tool_use scenario, a tiny random-init MoE, TRL's SFTTrainer, a sqlite MLflow
+Real parts only: the tool_use scenario, a tiny random-init MoE, the SFT warm start, a sqlite MLflow
 store. Asserts what a user relies on: a FINISHED run with the named metrics, transcripts and the
 checkpoint as artifacts, the printed `run_id:`/`checkpoint:` lines, and an eval JSON line.
 """
@@ -60,6 +60,16 @@ def test_train_then_eval_through_the_cli(tmp_path):
     assert figures["episodes"] == 5
     for key in ("success_rate", "return_mean", "invalid_action_rate"):
         assert 0.0 <= figures[key] <= 1.0 or key == "return_mean"
+    # the evaluation is its own run (the store in the working directory is the training run's), a child of it
+    evaluation = client.get_run(figures["run_id"])
+    assert evaluation.data.tags["mlflow.parentRunId"] == run_id == figures["trained_run_id"]
+    assert evaluation.data.metrics["eval/hard/success_rate"] == figures["success_rate"]
+    # a checkpoint named through MLflow: the same figures
+    proc = marl("eval", "--checkpoint", f"runs:/{run_id}", "--tracking-uri", uri, "--scenario", "tool_use",
+                "--split", "hard", "--episodes", "5", "--seed", "1", "--no-track", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert again["success_rate"] == figures["success_rate"] and "run_id" not in again
 
     # Another scenario than the checkpoint's is refused by name, or played with a warning when asked for.
     proc = marl("eval", "--checkpoint", str(checkpoint), "--scenario", "navigation", "--episodes", "2", cwd=tmp_path)
