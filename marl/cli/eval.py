@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,9 @@ def track_eval(args: EvalConfig, report: dict[str, Any]) -> str:
     experiment = args.experiment or (MlflowClient(uri).get_experiment(parent.info.experiment_id).name if parent
                                      else experiment_or_default(None))
     name = f"eval-{report['scenario']}-{report['split']}-" + (parent.info.run_name if parent else args.policy)
-    with Tracker(uri, experiment, name, TrackingConfig.artifact_location, command="marl eval") as tr:
+    # under `mlflow run` the run exists already: $MLFLOW_RUN_ID names it
+    with Tracker(uri, experiment, name, TrackingConfig.artifact_location, run_id=os.environ.get("MLFLOW_RUN_ID"),
+                 command="marl eval") as tr:
         tr.log_params(flatten(args))
         tags = {"scenario": str(report["scenario"]), "split": str(report["split"]), "policy": str(args.policy),
                 "agents": str(report["agents"])}
