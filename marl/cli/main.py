@@ -17,7 +17,6 @@ import tyro
 from marl.config import CompareConfig, ConfigError, EvalConfig, TrainConfig
 from marl.config.checks import deferred_checks
 from marl.config.files import REMOVED_KEYS, load_yaml
-from marl.config.sections import experiment_or_default, tracking_uri_or_default
 from marl.engine.errors import NonFiniteError
 from marl.run.checkpoint import CheckpointError
 
@@ -83,11 +82,13 @@ def _eval(argv: list[str]) -> int:
 
 
 def _compare(argv: list[str]) -> int:
-    from marl.cli.compare import compare_table
+    from marl.cli.compare import run_compare
 
     args = tyro.cli(CompareConfig, args=argv, prog="marl compare")
-    print(compare_table(tracking_uri_or_default(args.tracking_uri), experiment_or_default(args.experiment),
-                        list(args.metrics), args.max_runs))
+    text, run_id = run_compare(args)
+    print(text, end="")
+    if run_id is not None:
+        print(f"comparison logged as run {run_id} (artifacts: comparison/)", file=sys.stderr)
     return 0
 
 

@@ -83,19 +83,33 @@ class EvalConfig(SelfChecking):
 
 @dataclass
 class CompareConfig(SelfChecking):
-    """`marl compare`: the runs of an experiment side by side."""
+    """`marl compare`: runs side by side: the parameters that differ, final and best figures, groups over seeds, curves."""
 
     experiment: str | None = TrackingConfig.experiment
-    """MLflow experiment name (default: $MLFLOW_EXPERIMENT_NAME, else marl)."""
+    """MLflow experiment whose runs to compare (default: $MLFLOW_EXPERIMENT_NAME, else marl)."""
     tracking_uri: str | None = TrackingConfig.tracking_uri
     """MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
-    metrics: tuple[str, ...] = ("eval/basic/success_rate", "eval/hard/success_rate", "eval/adversarial/success_rate")
-    """Metrics to show (last value of each run)."""
-    max_runs: int = 50
-    """Most recent runs to list."""
+    filter: str = ""
+    """MLflow search filter on the experiment's runs, e.g. "params.algo = 'mappo' and attributes.status = 'FINISHED'"."""
+    run_ids: tuple[str, ...] = ()
+    """Compare exactly these runs (any experiment) instead of searching one."""
+    metrics: tuple[str, ...] = ()
+    """Metrics to tabulate (default: every eval/.../success_rate the runs logged, else rollout/success_rate)."""
+    group_by: tuple[str, ...] | None = None
+    """Parameters whose values make a group, e.g. `algo rl.learning_rate` (default: every parameter that differs but the seed and run-specific ones)."""
+    curves: tuple[str, ...] = ("rollout/success_rate", "rollout/return_mean", "train/kl", "train/entropy")
+    """Metrics drawn as overlaid learning curves, one PNG each (groups' means over their runs)."""
+    format: str = "md"
+    """Table format on stdout: `md`, `csv` (one row per run) or `json`."""
+    output: str | None = None
+    """Also write the tables (md, csv, json) and the curve PNGs into this folder."""
+    log_run: bool = True
+    """Keep the comparison as an MLflow run of the experiment (tables and curves as artifacts, tag marl.comparison)."""
+    max_runs: int = 200
+    """Most runs to search."""
 
     def validate(self) -> CompareConfig:
         """Check the flags; raise ConfigError naming the flag and the fix."""
         positive("--max-runs", self.max_runs)
-        require(bool(self.metrics), "--metrics needs at least one metric name")
+        one_of("--format", self.format, ("md", "csv", "json"))
         return self

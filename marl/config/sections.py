@@ -338,6 +338,8 @@ class TrackingConfig(SelfChecking):
     """Artifact folder pinned for new experiments (a local path or a URI)."""
     transcripts: int = 8
     """Episode transcripts logged as artifacts per evaluation."""
+    log_model: bool = True
+    """Log the final checkpoint as the run's MLflow model `policy` (pyfunc: observation text in, action text out)."""
     system_metrics: bool = False
     """Also sample CPU, memory, disk and network use into the run's `system/...` metrics (MLflow's monitor, every 10 s)."""
 

@@ -289,6 +289,8 @@ class Learner:
         for i, layer in enumerate(load):
             out[f"moe/expert_load_entropy/layer_{i}"] = entropies[i]
             out[f"moe/expert_load_max/layer_{i}"] = float(layer.max().item())
+            for j, share in enumerate(layer.tolist()):  # what the run's expert-load heatmap draws
+                out[f"moe/expert_load/layer_{i}/expert_{j}"] = float(share)
 
     def _critic_step(self, batch: RolloutBatch, adv: Advantages, episodes: list[int]) -> dict[str, float]:
         """One critic step on the `value` term over the given agent-episodes, its forwards in parts of whole

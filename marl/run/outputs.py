@@ -28,6 +28,7 @@ from marl.run.checkpoint import CheckpointMeta, TokenizerInfo, package_versions,
 from marl.run.console import Console
 from marl.run.curriculum import CurriculumRun, stage_factory
 from marl.run.evaluate import evaluate, transcript_text
+from marl.run.pictures import draw_curves, draw_expert_load, episode_viewer
 from marl.run.pool import PoolRun
 from marl.run.tracking import Tracker
 
@@ -102,6 +103,8 @@ def final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
                 greedy.update(prediction_metrics(policy, batch))
                 if not label:
                     tr.log_text(transcript_text(batch, cfg.tracking.transcripts), f"transcripts/{split}.txt")
+                    tr.log_text(episode_viewer(batch, f"{cfg.scenario}, {cfg.agents} agents: held-out split {split}",
+                                               cfg.tracking.transcripts), f"pictures/episodes_{split}.html")
                 # greedy play can tip on one looping path; sampled play averages over paths
                 sampled = evaluate(worker, seeds, greedy=False, sample_seed=0, progress=bar.update)[0] \
                     if cfg.eval_sampled else {}
@@ -113,6 +116,15 @@ def final_eval(cfg: TrainConfig, tr: Tracker, policy: Any, chat: Any, step: int,
     tr.log_metrics(final, step=step)
     console.say("eval: " + ", ".join(f"{k}={v:.3f}" for k, v in final.items() if k.endswith("success_rate")))
     return final
+
+
+def log_pictures(tr: Tracker, folder: Path) -> None:
+    """The run's learning curves and expert-load heatmap, drawn from what it logged, as artifacts `pictures/`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    drawn = [draw_curves(tr.client, tr.run_id, folder / "curves.png"),
+             draw_expert_load(tr.client, tr.run_id, folder / "expert_load.png")]
+    if any(drawn):
+        tr.log_artifacts(folder, "pictures")
 
 
 class PeriodicEval:

@@ -157,16 +157,30 @@ def train(cfg: TrainConfig) -> TrainResult:
         ckpt_dir = outputs.write_checkpoint(out_root / tr.run_id / "checkpoint", cfg, tokenizer, policies, tr.run_id,
                                             last_iteration, critics, pool, curriculum)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
+        if cfg.tracking.log_model:
+            log_model(tr, ckpt_dir)
         if curriculum is not None and curriculum.trace:
             tr.log_artifacts(curriculum.draw(out_root / tr.run_id / "curriculum" / "curriculum.png").parent,
                              "curriculum")
         final = outputs.final_eval(cfg, tr, policies, chat, last_iteration, pool, curriculum, console)
+        outputs.log_pictures(tr, out_root / tr.run_id / "pictures")
         console.close()
         tr.log_artifact(console.path)  # the run's console lines, RL's per-iteration summaries among them
     print(f"run_id: {tr.run_id}")
     print(f"checkpoint: {ckpt_dir}")
     print(f"open the MLflow UI: {tr.ui_command()}  (then http://127.0.0.1:5000{tr.ui_path()})")
     return TrainResult(tr.run_id, ckpt_dir, cfg.tracking.tracking_uri, final)
+
+
+def log_model(tr: Tracker, ckpt_dir: Path) -> None:
+    """The checkpoint as the run's MLflow model; a failure is a warning and a tag (the checkpoint is logged already)."""
+    from marl.run.logged_model import log_policy_model
+
+    try:
+        tr.set_tags({"model_uri": log_policy_model(tr.tracking_uri, tr.run_id, ckpt_dir)})
+    except Exception as err:  # an optional extra: the run and its checkpoint stand without it
+        print(f"WARNING could not log the MLflow model: {type(err).__name__}: {err}", flush=True)
+        tr.set_tags({"log_model_error": f"{type(err).__name__}: {err}"[:4000]})
 
 
 def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: PolicyMap, chat: Any,
@@ -204,7 +218,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
     start = time.perf_counter() - spent
     bar = console.bar(iterable=range(first + 1, cfg.iterations + 1), desc="rl", unit="it", initial=first,
                       total=cfg.iterations)
-    it = first
+    it, logging_s = first, None
     with DeferredStop() as stop:
         for it in bar:
             task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
@@ -252,9 +266,13 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             metrics["rollout/env_crashes"] = float(worker.env_crashes)
             stopping = announce(alerts.check(metrics, it), tr, cfg.guards)
             metrics["alerts/count"] = float(alerts.fired)
+            if logging_s is not None:  # the previous iteration's: a call cannot time itself
+                metrics["perf/logging_seconds"] = logging_s
+            t0 = time.perf_counter()
             tr.log_metrics(metrics, step=it)
             bar.set_postfix(success=f"{metrics['rollout/success_rate']:.2f}", kl=f"{metrics.get('train/kl', 0):.3f}")
             console.say(iteration_line(it, cfg.iterations, metrics))
+            logging_s = time.perf_counter() - t0
             if periodic.due(it):
                 periodic(tr, policies, it, curriculum, save_best)
             out_of_time = time.perf_counter() - start >= cfg.rl.seconds

@@ -28,6 +28,7 @@ def tiny(tmp_path, **fields) -> TrainConfig:
     cfg.tracking.tracking_uri = f"sqlite:///{tmp_path}/mlflow.db"
     cfg.tracking.artifact_location = str(tmp_path / "mlruns")
     cfg.tracking.transcripts = 1
+    cfg.tracking.log_model = False  # the MLflow model costs seconds per run; tests that need it turn it on
     return cfg
 
 

@@ -49,7 +49,10 @@ def test_train_then_eval_through_the_cli(tmp_path):
     assert not missing, f"metrics not logged: {sorted(missing)}"
     assert 0.2 < run.data.metrics["perf/peak_rss_gb"] < 64  # torch alone takes 0.2 GB: a real reading
     artifacts = {a.path for a in client.list_artifacts(run_id)}
-    assert {"transcripts", "checkpoint"} <= artifacts
+    assert {"transcripts", "checkpoint", "pictures", "config.yaml", "console.log"} <= artifacts
+    pictures = {a.path for a in client.list_artifacts(run_id, "pictures")}
+    assert {"pictures/curves.png", "pictures/expert_load.png", "pictures/episodes_basic.html"} <= pictures
+    assert run.data.tags["model_uri"].startswith("models:/")  # the policy logged as an MLflow model
     transcripts = {a.path for a in client.list_artifacts(run_id, "transcripts")}
     assert "transcripts/basic.txt" in transcripts
 

@@ -3,12 +3,12 @@ and a whole `marl train` run logs the curriculum, checkpoints its state and eval
 
 import json
 
+import mlflow
 import numpy as np
 import pytest
 import torch
 from run_helpers import tiny
 
-import mlflow
 from marl.config import ConfigError, CurriculumConfig, TrainConfig
 from marl.engine.rollout import RolloutWorker, expert_actor
 from marl.run.build import build_policy, build_policy_map

@@ -6,10 +6,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import mlflow
+import mlflow.pyfunc
 import yaml
 from mlflow.tracking import MlflowClient
 from run_helpers import tiny
 
+import scenarios
 from marl.config.files import load_yaml
 from marl.run.tracking import Tracker
 from marl.run.train import train
@@ -39,7 +42,7 @@ def test_system_metrics_are_sampled_while_the_run_lives(tmp_path, monkeypatch):
 
 def test_train_adopts_the_run_mlflow_run_made_and_logs_its_config_as_yaml_that_loads_back(tmp_path, monkeypatch):
     cfg = tiny(tmp_path)
-    cfg.eval_episodes = 0
+    cfg.eval_episodes, cfg.tracking.log_model = 0, True
     client = MlflowClient(cfg.tracking.tracking_uri)
     made = client.create_run(client.create_experiment("proj", artifact_location=(tmp_path / "mlruns").as_uri()))
     monkeypatch.setenv("MLFLOW_RUN_ID", made.info.run_id)
@@ -51,3 +54,12 @@ def test_train_adopts_the_run_mlflow_run_made_and_logs_its_config_as_yaml_that_l
     assert load_yaml(saved) == cfg.resolved()
     tags = client.get_run(result.run_id).data.tags
     assert tags["scenario"] == "tool_use" and tags["algo"] == "grpo" and tags["policy"] == "tiny-moe"
+    # the policy as an MLflow model: observation text in, action text out, as the checkpoint acts
+    mlflow.set_tracking_uri(cfg.tracking.tracking_uri)
+    model = mlflow.pyfunc.load_model(f"runs:/{result.run_id}/policy")
+    env = scenarios.make("tool_use", n_agents=1, split="basic")
+    observations, _ = env.reset(seed=3)
+    first = observations[env.agents[0]]["text"]
+    actions = model.predict([first, first])
+    assert len(actions) == 2 and actions[0] == actions[1] and isinstance(actions[0], str)
+    assert tags["model_uri"].startswith("models:/")
