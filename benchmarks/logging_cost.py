@@ -2,8 +2,8 @@
 
 Runs `marl train` (every argument after `--`; its own sqlite store in the work folder), then reads, for
 every RL iteration k, the seconds spent logging its metrics (MLflow batch, console line: the run logs
-them as `perf/logging_seconds` at iteration k+1) and the iteration's wall time (the step of
-`perf/elapsed_s` from k-1 to k), and prints the share logging took: median, 90th percentile and largest,
+them as `perf/logging_seconds` at iteration k+1, whose wall time, the step of `perf/elapsed_s` from k to
+k+1, holds that logging), and prints the share logging took: median, 90th percentile and largest,
 measured in the one run. The absolute seconds are context only.
 
     python benchmarks/logging_cost.py --workdir runs/exp/logging-cost -- --scenario info_split --agents 3 \\
@@ -43,8 +43,8 @@ def main() -> None:
     logging, elapsed = history("perf/logging_seconds"), history("perf/elapsed_s")
     shares, seconds = [], []
     for k in sorted(elapsed):
-        if k - 1 in elapsed and k + 1 in logging:
-            wall = elapsed[k] - elapsed[k - 1]
+        if k + 1 in elapsed and k + 1 in logging:  # iteration k+1's wall time holds the logging of iteration k
+            wall = elapsed[k + 1] - elapsed[k]
             shares.append(logging[k + 1] / wall)
             seconds.append(logging[k + 1])
     if not shares:

@@ -26,7 +26,8 @@ def run_compare(args: CompareConfig) -> tuple[str, str | None]:
     """The table in `args.format`, and the comparison run's id (None without `log_run`)."""
     uri = tracking_uri_or_default(args.tracking_uri)
     client = MlflowClient(uri)
-    runs = select_runs(client, experiment_or_default(args.experiment), args.filter, args.run_ids, args.max_runs)
+    runs = select_runs(client, experiment_or_default(args.experiment), args.filter, args.run_ids, args.max_runs,
+                       exclude=os.environ.get("MLFLOW_RUN_ID"))
     metrics = list(args.metrics) or default_metrics(runs)
     comp = comparison(client, runs, metrics, list(args.group_by) if args.group_by is not None else None)
     text = render(comp, args.format)

@@ -17,15 +17,17 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from marl.config.checks import ConfigError
+from marl.run.source import KIND_TAG
 
 COMPARISON_TAG = "marl.comparison"
 """Tag of the runs `marl compare` logs (never selected as runs to compare)."""
+NOT_COMPARED = {"eval", "comparison"}
+"""Kinds of run (tag `marl.kind`) a search leaves out: evaluations and comparisons are not training runs."""
 RUN_SPECIFIC = {"seed", "tracking.run_name", "config", "resume", "output_dir", "tracking.artifact_location",
                 "tracking.tracking_uri", "tracking.experiment", "model.parameters", "device", "tokenizer.size"}
 """Parameters that differ between runs without telling their treatments apart (never grouped by)."""
@@ -41,9 +43,10 @@ def t95(dof: int) -> float:
 
 
 def select_runs(client: MlflowClient, experiment: str, filter_string: str = "", run_ids: tuple[str, ...] = (),
-                max_runs: int = 200) -> list[Run]:
-    """The runs to compare, oldest first: `run_ids` (any experiment), else the experiment's runs matching
-    `filter_string` (MLflow's search syntax, e.g. `params.algo = 'mappo'`); comparison runs are left out."""
+                max_runs: int = 200, exclude: str | None = None) -> list[Run]:
+    """The runs to compare, oldest first: `run_ids` (any experiment), else the experiment's newest `max_runs` runs
+    matching `filter_string` (MLflow's search syntax, e.g. `params.algo = 'mappo'`); evaluation and comparison
+    runs are left out of a search, and so is `exclude` (the comparison's own run)."""
     if run_ids:
         runs = [client.get_run(r) for r in run_ids]
     else:
@@ -51,9 +54,10 @@ def select_runs(client: MlflowClient, experiment: str, filter_string: str = "", 
         if exp is None:
             names = sorted(e.name for e in client.search_experiments())
             raise ConfigError(f"experiment {experiment!r} does not exist in this store; its experiments: {names}")
-        runs = client.search_runs([exp.experiment_id], filter_string=filter_string, max_results=max_runs,
-                                  order_by=["attributes.start_time ASC"])
-    runs = [r for r in runs if r.data.tags.get(COMPARISON_TAG) != "true"]
+        newest = client.search_runs([exp.experiment_id], filter_string=filter_string, max_results=max_runs,
+                                    order_by=["attributes.start_time DESC"])
+        runs = [r for r in reversed(newest) if r.data.tags.get(KIND_TAG) not in NOT_COMPARED
+                and r.data.tags.get(COMPARISON_TAG) != "true" and r.info.run_id != exclude]
     if not runs:
         raise ConfigError("no runs to compare: check --experiment, --filter or --run-ids")
     return runs
@@ -199,8 +203,3 @@ def metric_histories(client: MlflowClient, runs: list[Run], key: str) -> dict[st
         if history:
             out[run.info.run_id] = history
     return out
-
-
-def as_rows(comp: Comparison) -> list[dict[str, Any]]:
-    """The groups as flat records (what the comparison run logs as its metrics)."""
-    return [{"group": g.name, "metric": m, **s} for g in comp.groups for m, s in g.stats.items()]

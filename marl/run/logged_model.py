@@ -37,7 +37,7 @@ class PolicyModel(mlflow.pyfunc.PythonModel):
         from marl.run.build import load_policy
 
         policy, self.chat, self.meta = load_policy(context.artifacts["checkpoint"], device="cpu")
-        self.policies = dict(policy.policies) if isinstance(policy, PolicyMap) else {"shared": policy}
+        self.policies = dict(policy.policies) if isinstance(policy, PolicyMap) else {self.meta.policies[0]: policy}
 
     def predict(self, context: Any, model_input: list[str], params: dict[str, Any] | None = None) -> list[str]:
         pid = (params or {}).get("policy") or next(iter(self.policies))
@@ -53,10 +53,18 @@ class PolicyModel(mlflow.pyfunc.PythonModel):
 def log_policy_model(tracking_uri: str, run_id: str, checkpoint: Path) -> str:
     """Log `checkpoint` as the run's MLflow model `policy`; returns its model URI (`models:/<model id>`)."""
     code = [str(Path(pkg.__file__).parent) for pkg in (marl, policies, scenarios, comms)]
+    from mlflow.models import infer_signature
+
+    from marl.run.checkpoint import read_meta
+
+    first = (read_meta(checkpoint).policies or ("shared",))[0]
+    signature = infer_signature(["an observation"], ["an action"], params={"policy": first})
     mlflow.set_tracking_uri(tracking_uri)
-    with mlflow.start_run(run_id=run_id):  # the run is RUNNING already; the caller ends it
-        info = mlflow.pyfunc.log_model(name=MODEL_NAME, python_model=PolicyModel(),
-                                       artifacts={"checkpoint": str(checkpoint)}, code_paths=code,
-                                       pip_requirements=_REQUIREMENTS)
-    mlflow.MlflowClient(tracking_uri).update_run(run_id, status="RUNNING")  # ending the fluent run finished it
+    try:
+        with mlflow.start_run(run_id=run_id):  # the run is RUNNING already; the caller ends it
+            info = mlflow.pyfunc.log_model(name=MODEL_NAME, python_model=PolicyModel(),
+                                           artifacts={"checkpoint": str(checkpoint)}, code_paths=code,
+                                           pip_requirements=_REQUIREMENTS, signature=signature)
+    finally:  # leaving the fluent run ended it; the caller's run goes on
+        mlflow.MlflowClient(tracking_uri).update_run(run_id, status="RUNNING")
     return info.model_uri

@@ -154,11 +154,13 @@ def points(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.removeprefix("it-")))
 
 
-def write_run_start(run_dir: Path, run_id: str, cfg: TrainConfig) -> None:
-    """The record a run starts over from when it is stopped before its first resume point (written atomically)."""
+def write_run_start(run_dir: Path, run_id: str, cfg: TrainConfig, past_sft: bool = False) -> None:
+    """The record a run starts over from when it is stopped before its first resume point (written atomically);
+    `past_sft`: the warm start is done, so starting over would repeat logged work: it is then refused."""
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / (START_FILE + ".tmp")
-    tmp.write_text(json.dumps({"run_id": run_id, "config": dataclasses.asdict(cfg)}, indent=1, default=str))
+    record = {"run_id": run_id, "config": dataclasses.asdict(cfg), "past_sft": past_sft}
+    tmp.write_text(json.dumps(record, indent=1, default=str))
     _fsync(tmp)
     tmp.replace(run_dir / START_FILE)
 
@@ -193,8 +195,12 @@ def _runs_uri_point(uri: str, tracking_uri: str) -> Path:
             return None
         from mlflow.tracking import MlflowClient
 
-        logged = sorted(f.path for f in MlflowClient(tracking_uri).list_artifacts(split_runs_uri(uri)[0], RESUME_DIR))
-        return logged[-1] if logged else None
+        client, run_id = MlflowClient(tracking_uri), split_runs_uri(uri)[0]
+        for folder in sorted((f.path for f in client.list_artifacts(run_id, RESUME_DIR) if f.is_dir), reverse=True):
+            names = {Path(f.path).name for f in client.list_artifacts(run_id, folder)}
+            if {INFO_FILE, STATE_FILE} <= names:  # the newest one logged whole (an upload may have been cut)
+                return folder
+        return None
     return run_folder(uri, tracking_uri, usable, artifact)
 
 
@@ -207,9 +213,13 @@ def load_resume_point(path: str | Path, tracking_uri: str | None = None) -> Resu
     folder = find_resume_point(path)
     if not (folder / INFO_FILE).is_file():  # a run stopped before its first point: its start record
         try:
-            return ResumePoint(folder, json.loads((folder / START_FILE).read_text()), {})
+            record = json.loads((folder / START_FILE).read_text())
         except (OSError, ValueError) as err:
             raise CheckpointError(f"{folder / START_FILE} does not read as a run's start record ({err})") from None
+        if record.get("past_sft"):
+            raise CheckpointError(f"{folder} holds no resume point, but its run got past SFT (checkpoint.every 0, or "
+                                  "it finished): starting it over would log its work twice; start a new run")
+        return ResumePoint(folder, record, {})
     try:
         info = json.loads((folder / INFO_FILE).read_text())
         state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=True)

@@ -49,7 +49,10 @@ def run_folder(uri: str, tracking_uri: str, usable: Callable[[Path], bool],
     chosen = artifact(rest, [f.path for f in client.list_artifacts(run_id) if f.is_dir])
     if chosen is None:
         raise CheckpointError(f"{uri}: {local} is not on this machine and the run logged no such artifact")
-    return Path(download_artifacts(run_id=run_id, artifact_path=chosen, tracking_uri=tracking_uri))
+    try:
+        return Path(download_artifacts(run_id=run_id, artifact_path=chosen, tracking_uri=tracking_uri))
+    except (MlflowException, OSError) as err:
+        raise CheckpointError(f"{uri}: could not download the run's {chosen}: {err}") from None
 
 
 def checkpoint_folder(path: str | Path, tracking_uri: str) -> Path:

@@ -18,6 +18,10 @@ from pathlib import Path
 
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 """The experiment tag that tells MLflow's UI these are model-training runs, not GenAI traces."""
+KIND_TAG = "marl.kind"
+"""What made a run: `train`, `eval` (a `marl eval`) or `comparison` (a `marl compare`); `marl compare` compares
+training runs only."""
+_KINDS = {"marl train": "train", "marl eval": "eval", "marl compare": "comparison"}
 
 
 def _git(*args: str) -> str | None:
@@ -52,6 +56,7 @@ def source_tags(command: str) -> dict[str, str]:
     except (OSError, KeyError):
         user = "unknown"
     tags = {"mlflow.user": user, "mlflow.source.name": command, "mlflow.source.type": "LOCAL",
+            KIND_TAG: _KINDS.get(command, command),
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:5000], **git_tags()}
     if os.environ.get("MLFLOW_RUN_ID"):  # under `mlflow run`: it made the run and tagged it as a PROJECT
         tags.pop("mlflow.source.type")

@@ -38,9 +38,11 @@ class Tracker:
     """One MLflow run; use as a context manager."""
 
     def __init__(self, tracking_uri: str, experiment: str, run_name: str | None, artifact_location: str,
-                 run_id: str | None = None, command: str = "marl train", system_metrics: bool = False) -> None:
-        """`run_id`: continue that run (a resumed run, or the one `mlflow run` made: `$MLFLOW_RUN_ID`) instead
-        of creating one; `system_metrics`: sample CPU, memory, disk and network into `system/...` meanwhile."""
+                 run_id: str | None = None, command: str = "marl train", system_metrics: bool = False,
+                 resumed: bool = False) -> None:
+        """`run_id`: log into that run instead of creating one: a resumed run (`resumed`: its tags stand), or a
+        new one made elsewhere (`mlflow run` hands it over in `$MLFLOW_RUN_ID`: it gets this run's tags);
+        `system_metrics`: sample CPU, memory, disk and network into `system/...` meanwhile."""
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
         self.monitor: Any = None
@@ -49,6 +51,8 @@ class Tracker:
             self.experiment_id = self.run.info.experiment_id
             self.run_id = run_id
             self.client.update_run(run_id, status="RUNNING")
+            if not resumed:
+                self.set_tags(source_tags(command))
         else:
             exp = self.client.get_experiment_by_name(experiment)
             if exp is None:
@@ -65,7 +69,7 @@ class Tracker:
         if system_metrics:
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-            self.monitor = SystemMetricsMonitor(self.run_id, resume_logging=run_id is not None,
+            self.monitor = SystemMetricsMonitor(self.run_id, resume_logging=resumed,
                                                 tracking_uri=tracking_uri)
             self.monitor.start()
 
@@ -86,7 +90,13 @@ class Tracker:
             self.client.set_terminated(self.run_id, status=status)
 
     def log_params(self, params: dict[str, str]) -> None:
-        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        """Log params; ones the run holds already are left as they are (MLflow refuses to change a param:
+        a run restarted or adopted keeps what was logged first, and a changed value is a warning)."""
+        held = self.client.get_run(self.run_id).data.params
+        changed = sorted(k for k, v in params.items() if k in held and held[k] != str(v)[:6000])
+        if changed:
+            print(f"WARNING params {changed} keep the values the run logged first", flush=True)
+        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items()) if k not in held]
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[i : i + 100])
 

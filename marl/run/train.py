@@ -102,7 +102,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     # Under `mlflow run` the run exists already: $MLFLOW_RUN_ID names it.
     run_id = point.run_id if point is not None else os.environ.get("MLFLOW_RUN_ID")
     with Tracker(cfg.tracking.tracking_uri, cfg.tracking.experiment, run_name, cfg.tracking.artifact_location,
-                 run_id=run_id, system_metrics=cfg.tracking.system_metrics) as tr:
+                 run_id=run_id, system_metrics=cfg.tracking.system_metrics, resumed=point is not None) as tr:
         if point is not None and point.restart:  # the same MLflow run, everything else as a fresh run
             tr.set_tags({"restarted": "true"})
             point = None
@@ -132,6 +132,8 @@ def train(cfg: TrainConfig) -> TrainResult:
         demos = None
         if cfg.sft.seconds > 0 and point is None:
             demos = warm_start(cfg, tr, worker, chat, policy, tokenizer, rng, console)
+        if point is None:  # from here on, a run without resume points cannot start over in the same MLflow run
+            write_run_start(out_root / tr.run_id, tr.run_id, cfg, past_sft=True)
         # Every policy of a mapping starts from the same warm start, then each learns on its own agents.
         policies = build_policy_map(cfg.policy_mapping, cfg.scenario, policy, make_env)
         if point is not None:  # a curriculum's newcomers get their places back (their weights come with the learners)
@@ -157,6 +159,8 @@ def train(cfg: TrainConfig) -> TrainResult:
         ckpt_dir = outputs.write_checkpoint(out_root / tr.run_id / "checkpoint", cfg, tokenizer, policies, tr.run_id,
                                             last_iteration, critics, pool, curriculum)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
+        if (out_root / tr.run_id / "best").is_dir():  # the best by periodic evaluation (`runs:/<id>/best`)
+            tr.log_artifacts(out_root / tr.run_id / "best", "best")
         if cfg.tracking.log_model:
             log_model(tr, ckpt_dir)
         if curriculum is not None and curriculum.trace:
@@ -206,6 +210,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         restore_trainer(point.state, learners, baselines, rng, parts)
         first, spent = point.iteration, float(point.info["rl_seconds"])
         env_steps, agent_steps = int(point.info["env_steps"]), int(point.info.get("agent_steps", 0))
+        worker.env_crashes = int(point.info.get("env_crashes", 0))  # the run's allowance is the run's, not the process's
         periodic.best = float(point.info.get("best_eval", -1.0))
     else:
         writer.save(0, {"env_steps": 0, "agent_steps": 0}, 0.0, learners, baselines, rng, parts)
@@ -278,7 +283,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             out_of_time = time.perf_counter() - start >= cfg.rl.seconds
             last = out_of_time or it == cfg.iterations or stop.signum is not None or stopping is not None
             if last or writer.due(it):
-                progress = {"env_steps": env_steps, "agent_steps": agent_steps, "best_eval": periodic.best}
+                progress = {"env_steps": env_steps, "agent_steps": agent_steps, "best_eval": periodic.best,
+                            "env_crashes": worker.env_crashes}
                 folder = writer.save(it, progress, time.perf_counter() - start, learners, baselines, rng, parts)
                 if stop.signum is not None:
                     raise KeyboardInterrupt(f"stopped by signal {stop.signum} after RL iteration {it}"

@@ -26,6 +26,9 @@ def store(tmp_path):
             for it in range(1, 4):  # a learning curve, best at iteration 2
                 tr.log_metrics({"rollout/success_rate": final * (1.2 if it == 2 else it / 3)}, step=it)
             tr.log_metrics({"eval/basic/success_rate": final}, step=3)
+    with Tracker(uri, "study", "eval-of-grpo-s0", str(tmp_path / "mlruns"), command="marl eval") as tr:
+        tr.log_params({"split": "basic"})  # an evaluation run: never one of the training runs compared
+        tr.log_metrics({"eval/basic/success_rate": 0.0}, step=3)
     return uri, tmp_path
 
 
@@ -74,3 +77,13 @@ def test_the_comparison_is_kept_as_a_run_with_tables_and_curves_and_never_compar
     assert (tmp_path / "out" / "comparison.md").read_text() == text
     again, _ = run_compare(CompareConfig(tracking_uri=uri, experiment="study", log_run=False))
     assert "5 runs in 2 groups" in again  # the comparison run is not one of the runs compared
+
+
+def test_under_mlflow_run_the_comparison_logs_into_the_run_it_was_handed_and_leaves_it_out(store, monkeypatch):
+    uri, tmp_path = store
+    client = MlflowClient(uri)
+    handed = client.create_run(client.get_experiment_by_name("study").experiment_id).info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", handed)
+    text, run_id = run_compare(CompareConfig(tracking_uri=uri, experiment="study"))
+    assert run_id == handed and "5 runs in 2 groups" in text
+    assert client.get_run(handed).data.tags["marl.kind"] == "comparison"

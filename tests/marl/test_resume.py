@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from run_helpers import tiny
 from safetensors.torch import load_file
 
-from marl.config import CurriculumConfig, OpponentPoolConfig
+from marl.config import CurriculumConfig, OpponentPoolConfig, TrainConfig
 from marl.run import resume as resume_mod
 from marl.run.checkpoint import CheckpointError
 from marl.run.resume import find_resume_point, load_resume_point, points
@@ -304,3 +304,13 @@ def test_a_run_killed_before_its_first_point_starts_over_in_the_same_mlflow_run(
     (run,) = client.search_runs([client.get_experiment_by_name("marl").experiment_id])
     assert run.info.run_id == run_dir.name and run.info.status == "FINISHED" and run.data.tags["restarted"] == "true"
     assert_identical(uninterrupted, run_dir / "checkpoint")
+
+
+def test_a_run_past_its_warm_start_without_points_is_not_started_over(tmp_path):
+    cfg = TrainConfig().resolved()
+    resume_mod.write_run_start(tmp_path / "run", "abc", cfg)
+    point = load_resume_point(tmp_path / "run")  # killed in SFT: it starts over, same run, same config
+    assert point.restart and point.run_id == "abc" and point.config() == cfg
+    resume_mod.write_run_start(tmp_path / "run", "abc", cfg, past_sft=True)
+    with pytest.raises(CheckpointError, match="got past SFT"):
+        load_resume_point(tmp_path / "run")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import mlflow
 import mlflow.pyfunc
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 from run_helpers import tiny
@@ -34,9 +35,13 @@ def test_a_new_run_carries_its_source_and_git_commit_and_its_experiment_opens_as
 
 def test_system_metrics_are_sampled_while_the_run_lives(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     with Tracker(f"sqlite:///{tmp_path}/mlflow.db", "sys", "r", str(tmp_path / "mlruns"), system_metrics=True) as tr:
-        time.sleep(1.5)
-    metrics = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(tr.run_id).data.metrics
+        deadline = time.monotonic() + 60  # a loaded machine may take a while to write the first sample
+        while "system/cpu_utilization_percentage" not in client.get_run(tr.run_id).data.metrics:
+            assert time.monotonic() < deadline, "no system metrics sampled"
+            time.sleep(0.2)
+    metrics = client.get_run(tr.run_id).data.metrics
     assert "system/cpu_utilization_percentage" in metrics and metrics["system/system_memory_usage_megabytes"] > 0
 
 
@@ -62,4 +67,7 @@ def test_train_adopts_the_run_mlflow_run_made_and_logs_its_config_as_yaml_that_l
     first = observations[env.agents[0]]["text"]
     actions = model.predict([first, first])
     assert len(actions) == 2 and actions[0] == actions[1] and isinstance(actions[0], str)
+    assert model.predict([first], params={"policy": "shared"}) == actions[:1]
+    with pytest.raises(ValueError, match="not one of this model's"):
+        model.predict([first], params={"policy": "nobody"})
     assert tags["model_uri"].startswith("models:/")
