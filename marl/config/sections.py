@@ -44,7 +44,7 @@ class PolicyConfig(SelfChecking):
     """The LLM MoE policy and its tokenizer."""
 
     model: str = "tiny-moe"
-    """Preset name (`tiny-moe`, `small-moe`), a local model folder, or a hub id (needs network)."""
+    """Preset name (`tiny-moe`, `small-moe`), a local model folder or checkpoint (`runs:/<run_id>[/checkpoint]` too), or a hub id (needs network)."""
     vocab_size: int = 1024
     """Byte-level BPE merges budget of the offline tokenizer (entities and special tokens come on top)."""
     tokenizer_episodes: int = 2000

@@ -42,6 +42,7 @@ from marl.run.learners import ResumeWriter, build_learners, newcomer_learner, re
 from marl.run.memory import peak_rss_gb, rss_gb, trim_heap
 from marl.run.pool import PoolRun
 from marl.run.resume import DeferredStop, ResumePoint, load_resume_point, write_run_start
+from marl.run.runs_uri import checkpoint_folder, is_runs_uri
 from marl.run.sft import demonstration_episodes
 from marl.run.tracking import Tracker
 from marl.run.warm_start import demo_hints, demonstrations, warm_start
@@ -115,6 +116,9 @@ def train(cfg: TrainConfig) -> TrainResult:
                          "policy": cfg.policy.model, "mlflow.runName": run_name})
         else:
             tr.set_tags({"resumed_after_iteration": str(point.iteration)})
+        for section in (cfg.policy, cfg.critic):  # a warm start from a checkpoint named through MLflow (params keep the URI)
+            if is_runs_uri(section.model):
+                section.model = str(checkpoint_folder(section.model, cfg.tracking.tracking_uri))
         stage_envs = curriculum.factories if curriculum is not None else {}
         tokenizer, model, policy = build_policy(cfg, make_env, out_root, rng, tuple(stage_envs.values())[1:],
                                                 tokenizer=point.tokenizer() if point is not None else None)

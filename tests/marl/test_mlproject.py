@@ -1,0 +1,42 @@
+"""`mlflow run mlflow -e train_config ... --env-manager local` from the repository root: the MLflow project
+trains into the run `mlflow run` made, in the store it resolved, and that run ends FINISHED with marl's params,
+metrics and checkpoint beside the project's own parameters."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from run_helpers import tiny
+
+from marl.config.files import to_yaml
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_mlflow_run_trains_into_the_run_it_makes_in_the_callers_store(tmp_path):
+    cfg = tiny(tmp_path)
+    cfg.eval_episodes = 0
+    cfg.tracking.tracking_uri = cfg.tracking.experiment = None  # from the environment `mlflow run` sets
+    config = tmp_path / "tiny.yaml"
+    config.write_text(to_yaml(cfg))
+    store = f"sqlite:///{tmp_path}/store.db"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("MLFLOW_RUN_ID", None)
+    proc = subprocess.run([sys.executable, "-m", "mlflow", "run", "mlflow", "-e", "train_config",
+                           "-P", f"config_yaml={config}", "-P", f"output_dir={tmp_path / 'runs'}",
+                           "--env-manager", "local", "--experiment-name", "project"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("project").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["mlflow.source.type"] == "PROJECT" and run.data.tags["marl.kind"] == "train"
+    assert run.data.params["config_yaml"] == str(config) and run.data.params["scenario"] == "tool_use"
+    assert "rollout/success_rate" in run.data.metrics
+    assert "checkpoint" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert not (REPO / "mlflow" / "mlflow.db").exists()  # nothing written inside the project folder
