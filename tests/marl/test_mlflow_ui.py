@@ -1,6 +1,7 @@
 """MLflow's own UI shows what `marl train` logged: a real `mlflow server` on loopback over the store two real runs
 wrote, its compare page opened in headless Chromium (Debian's chromium, driven by selenium), both runs and a
-metric found on it, and a screenshot kept.
+metric found on it, the runs table (model-training view) with each run's Source and its logged model, and
+screenshots kept.
 
 Skipped where selenium or chromium is missing, unless MARL_REQUIRE_BROWSER=1 (CI sets it: there a missing
 browser is a failure, not a skip).
@@ -68,7 +69,7 @@ def test_the_mlflow_ui_compares_two_runs_marl_train_logged(tmp_path):
     results = []
     for seed in (0, 1):
         cfg = tiny(tmp_path, seed=seed)
-        cfg.iterations, cfg.eval_episodes = 2, 0
+        cfg.iterations, cfg.eval_episodes, cfg.tracking.log_model = 2, 0, True
         cfg.tracking.experiment, cfg.tracking.run_name = "ui", f"ui-run-s{seed}"
         results.append(train(cfg))
     client = MlflowClient(cfg.tracking.tracking_uri)
@@ -98,6 +99,14 @@ def test_the_mlflow_ui_compares_two_runs_marl_train_logged(tmp_path):
         shot.parent.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(str(shot))
         assert shot.stat().st_size > 10_000
+        # the experiment's runs table, in the model-training view the printed run link opens: Source and Models
+        browser.get(f"{url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning")
+        def table(b):
+            return b.find_element("tag name", "body").text.splitlines()
+        WebDriverWait(browser, 90).until(lambda b: table(b).count("policy") == 2)  # the columns fill in last
+        body = table(browser)
+        assert body.count("marl train") == 2 and all(f"ui-run-s{s}" in body for s in (0, 1)), body
+        browser.save_screenshot(str(shot.with_name(shot.stem + "-runs.png")))
     finally:
         if browser is not None:
             browser.quit()
