@@ -1,6 +1,7 @@
-"""`mlflow run mlflow -e train_config ... --env-manager local` from the repository root: the MLflow project
-trains into the run `mlflow run` made, in the store it resolved, and that run ends FINISHED with marl's params,
-metrics and checkpoint beside the project's own parameters."""
+"""`mlflow run mlflow -e train_config|eval|compare ... --env-manager local` from the repository root: each entry
+point logs into the run `mlflow run` made, in the store it resolved; the training run ends FINISHED with marl's
+params, metrics and checkpoint beside the project's own parameters, the evaluation names its training run, and
+the comparison compares the training run only."""
 
 import os
 import subprocess
@@ -40,3 +41,19 @@ def test_mlflow_run_trains_into_the_run_it_makes_in_the_callers_store(tmp_path):
     assert "rollout/success_rate" in run.data.metrics
     assert "checkpoint" in {a.path for a in client.list_artifacts(run.info.run_id)}
     assert not (REPO / "mlflow" / "mlflow.db").exists()  # nothing written inside the project folder
+
+    def project(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mlflow", "run", "mlflow", *args, "--env-manager", "local",
+                               "--experiment-name", "project"], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=900)
+    evaluated = project("-e", "eval", "-P", f"checkpoint=runs:/{run.info.run_id}", "-P", "episodes=2")
+    assert evaluated.returncode == 0, (evaluated.stdout + evaluated.stderr)[-4000:]
+    compared = project("-e", "compare", "-P", "experiment=project")
+    assert compared.returncode == 0, (compared.stdout + compared.stderr)[-4000:]
+    assert "1 runs in 1 groups" in compared.stdout  # the training run only: not the eval run, not itself
+    kinds = sorted(r.data.tags["marl.kind"] for r in
+                   client.search_runs([client.get_experiment_by_name("project").experiment_id]))
+    assert kinds == ["comparison", "eval", "train"]
+    eval_run = next(r for r in client.search_runs([client.get_experiment_by_name("project").experiment_id])
+                    if r.data.tags["marl.kind"] == "eval")
+    assert eval_run.data.tags["trained_run_id"] == run.info.run_id and eval_run.info.status == "FINISHED"
