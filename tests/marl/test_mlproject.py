@@ -3,12 +3,15 @@ point logs into the run `mlflow run` made, in the store it resolved; the trainin
 params, metrics and checkpoint beside the project's own parameters, the evaluation names its training run, and
 the comparison compares the training run only."""
 
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 from run_helpers import tiny
 
@@ -18,7 +21,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_mlflow_run_trains_into_the_run_it_makes_in_the_callers_store(tmp_path):
+def tiny_project_run(tmp_path: Path) -> tuple[Path, str, dict[str, str]]:
+    """A tiny config as YAML, a store, and the environment `mlflow run` is started in."""
     cfg = tiny(tmp_path)
     cfg.eval_episodes = 0
     cfg.tracking.tracking_uri = cfg.tracking.experiment = None  # from the environment `mlflow run` sets
@@ -28,6 +32,11 @@ def test_mlflow_run_trains_into_the_run_it_makes_in_the_callers_store(tmp_path):
     env = {**os.environ, "MLFLOW_TRACKING_URI": store,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("MLFLOW_RUN_ID", None)
+    return config, store, env
+
+
+def test_mlflow_run_trains_into_the_run_it_makes_in_the_callers_store(tmp_path):
+    config, store, env = tiny_project_run(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "mlflow", "run", "mlflow", "-e", "train_config",
                            "-P", f"config_yaml={config}", "-P", f"output_dir={tmp_path / 'runs'}",
                            "--env-manager", "local", "--experiment-name", "project"],
@@ -57,3 +66,24 @@ def test_mlflow_run_trains_into_the_run_it_makes_in_the_callers_store(tmp_path):
     eval_run = next(r for r in client.search_runs([client.get_experiment_by_name("project").experiment_id])
                     if r.data.tags["marl.kind"] == "eval")
     assert eval_run.data.tags["trained_run_id"] == run.info.run_id and eval_run.info.status == "FINISHED"
+
+
+def test_mlflow_run_builds_its_own_virtualenv_from_python_env_yaml(tmp_path):
+    """The environment MLflow builds (virtualenv + pyenv's Python of python_env.yaml, dependencies from the
+    package index): skipped where that Python or virtualenv is missing, since building them needs the network."""
+    wanted = yaml.safe_load((REPO / "mlflow" / "python_env.yaml").read_text())["python"]
+    pyenv = shutil.which("pyenv") or str(Path.home() / ".pyenv" / "bin" / "pyenv")
+    have = subprocess.run([pyenv, "versions", "--bare"], capture_output=True, text=True).stdout.split() \
+        if Path(pyenv).exists() else []
+    if str(wanted) not in have or importlib.util.find_spec("virtualenv") is None:
+        pytest.skip(f"needs pyenv's Python {wanted} and virtualenv (installing them needs the network)")
+    config, store, env = tiny_project_run(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "mlflow", "run", "mlflow", "-e", "train_config",
+                           "-P", f"config_yaml={config}", "-P", f"output_dir={tmp_path / 'runs'}",
+                           "--env-manager", "virtualenv", "--experiment-name", "venv"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("venv").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["mlflow.project.env"] == "virtualenv"
+    assert run.data.tags["marl.kind"] == "train" and "rollout/success_rate" in run.data.metrics
