@@ -35,13 +35,19 @@ def tiny_project_run(tmp_path: Path) -> tuple[Path, str, dict[str, str]]:
     return config, store, env
 
 
+def mlflow_run(env: dict[str, str], experiment: str, *args: str, manager: str = "local") -> subprocess.CompletedProcess:
+    """`mlflow run mlflow <args>` from the repository root; it must succeed."""
+    proc = subprocess.run([sys.executable, "-m", "mlflow", "run", "mlflow", *args, "--env-manager", manager,
+                           "--experiment-name", experiment], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=1500)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
 def test_mlflow_run_trains_into_the_run_it_makes_in_the_callers_store(tmp_path):
     config, store, env = tiny_project_run(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "mlflow", "run", "mlflow", "-e", "train_config",
-                           "-P", f"config_yaml={config}", "-P", f"output_dir={tmp_path / 'runs'}",
-                           "--env-manager", "local", "--experiment-name", "project"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    mlflow_run(env, "project", "-e", "train_config", "-P", f"config_yaml={config}",
+               "-P", f"output_dir={tmp_path / 'runs'}")
     client = MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("project").experiment_id])
     assert run.info.status == "FINISHED"
@@ -51,14 +57,8 @@ def test_mlflow_run_trains_into_the_run_it_makes_in_the_callers_store(tmp_path):
     assert "checkpoint" in {a.path for a in client.list_artifacts(run.info.run_id)}
     assert not (REPO / "mlflow" / "mlflow.db").exists()  # nothing written inside the project folder
 
-    def project(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "mlflow", "run", "mlflow", *args, "--env-manager", "local",
-                               "--experiment-name", "project"], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=900)
-    evaluated = project("-e", "eval", "-P", f"checkpoint=runs:/{run.info.run_id}", "-P", "episodes=2")
-    assert evaluated.returncode == 0, (evaluated.stdout + evaluated.stderr)[-4000:]
-    compared = project("-e", "compare", "-P", "experiment=project")
-    assert compared.returncode == 0, (compared.stdout + compared.stderr)[-4000:]
+    mlflow_run(env, "project", "-e", "eval", "-P", f"checkpoint=runs:/{run.info.run_id}", "-P", "episodes=2")
+    compared = mlflow_run(env, "project", "-e", "compare", "-P", "experiment=project")
     assert "1 runs in 1 groups" in compared.stdout  # the training run only: not the eval run, not itself
     kinds = sorted(r.data.tags["marl.kind"] for r in
                    client.search_runs([client.get_experiment_by_name("project").experiment_id]))
@@ -78,11 +78,8 @@ def test_mlflow_run_builds_its_own_virtualenv_from_python_env_yaml(tmp_path):
     if str(wanted) not in have or importlib.util.find_spec("virtualenv") is None:
         pytest.skip(f"needs pyenv's Python {wanted} and virtualenv (installing them needs the network)")
     config, store, env = tiny_project_run(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "mlflow", "run", "mlflow", "-e", "train_config",
-                           "-P", f"config_yaml={config}", "-P", f"output_dir={tmp_path / 'runs'}",
-                           "--env-manager", "virtualenv", "--experiment-name", "venv"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    mlflow_run(env, "venv", "-e", "train_config", "-P", f"config_yaml={config}",
+               "-P", f"output_dir={tmp_path / 'runs'}", manager="virtualenv")
     client = MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("venv").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlflow.project.env"] == "virtualenv"
