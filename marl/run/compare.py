@@ -25,7 +25,7 @@ from marl.config.checks import ConfigError
 from marl.run.source import KIND_TAG
 
 COMPARISON_TAG = "marl.comparison"
-"""Tag of the runs `marl compare` logs (never selected as runs to compare)."""
+"""Tag of the runs `marl compare` logs, for filtering in the UI (selection goes by their `marl.kind`)."""
 NOT_COMPARED = {"eval", "comparison"}
 """Kinds of run (tag `marl.kind`) a search leaves out: evaluations and comparisons are not training runs."""
 RUN_SPECIFIC = {"seed", "tracking.run_name", "config", "resume", "output_dir", "tracking.artifact_location",
@@ -56,8 +56,7 @@ def select_runs(client: MlflowClient, experiment: str, filter_string: str = "", 
             raise ConfigError(f"experiment {experiment!r} does not exist in this store; its experiments: {names}")
         newest = client.search_runs([exp.experiment_id], filter_string=filter_string, max_results=max_runs,
                                     order_by=["attributes.start_time DESC"])
-        runs = [r for r in reversed(newest) if r.data.tags.get(KIND_TAG) not in NOT_COMPARED
-                and r.data.tags.get(COMPARISON_TAG) != "true" and r.info.run_id != exclude]
+        runs = [r for r in reversed(newest) if r.data.tags.get(KIND_TAG) not in NOT_COMPARED and r.info.run_id != exclude]
     if not runs:
         raise ConfigError("no runs to compare: check --experiment, --filter or --run-ids")
     return runs

@@ -90,11 +90,12 @@ def episode_viewer(batch: RolloutBatch, title: str, teams: int = 8) -> str:
         parts.append("<table><tr><th>turn</th>" + "".join(f"<th>{html.escape(ep.agent)}</th>" for ep in episodes)
                      + "</tr>")
         steps = max(len(ep.turns) for ep in episodes)
+        # each agent's transcript split once: what it saw before each turn, what it wrote
+        split = [([text for role, text in ep.transcript if role == "observation"],
+                  [text for role, text in ep.transcript if role == "action"]) for ep in episodes]
         for t in range(steps + 1):
             cells = []
-            for ep in episodes:
-                seen = [text for role, text in ep.transcript if role == "observation"]
-                acted = [text for role, text in ep.transcript if role == "action"]
+            for ep, (seen, acted) in zip(episodes, split, strict=True):
                 cell = ""
                 if t < len(seen):
                     cell += f"<div class='obs'>{html.escape(seen[t])}</div>"
