@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
 SUPPORTED_TYPES = frozenset({"qwen3_moe"})
-DENSE_EXPERT_TOKENS = 512
-"""Up to this many tokens every expert runs on every token (two matmuls beat a loop of small ones);
-above it tokens are grouped by expert and each expert runs on its own."""
+DENSE_EXPERT_PAIRS = 4096
+"""Up to this many (token, expert) pairs every expert runs on every token (two matmuls beat a loop of small
+ones: decoding); above it tokens are grouped by expert and each expert runs on its own (prefill)."""
 
 
 def supports(model: PreTrainedModel) -> bool:
@@ -40,8 +40,18 @@ def supports(model: PreTrainedModel) -> bool:
         and not getattr(config, "use_sliding_window", False)
         and getattr(config, "_attn_implementation", "sdpa") in ("sdpa", "eager")
         and (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default") == "default"
-        and all(_plain_experts(layer.mlp) for layer in model.get_decoder().layers)
+        and getattr(model, "hf_quantizer", None) is None
+        and all(_plain_experts(layer.mlp) and _plain_modules(layer) for layer in model.get_decoder().layers)
     )
+
+
+def _plain_modules(layer: torch.nn.Module) -> bool:
+    """No hooks and plain linear projections: a LoRA or quantized wrapper, an offload hook or any forward hook
+    changes what the module computes, which reading its `weight` would silently skip."""
+    attn = layer.self_attn
+    if any(type(m) is not torch.nn.Linear for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)):
+        return False
+    return not any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in layer.modules())
 
 
 def _plain_experts(mlp: Any) -> bool:
@@ -83,7 +93,6 @@ class LeanForward:
         self.kv_heads = int(config.num_key_value_heads)
         self.scaling = self.head_dim ** -0.5
         self.base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-        self.lm_head = model.get_output_embeddings()
 
     @torch.inference_mode()
     def __call__(self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any | None
@@ -113,9 +122,10 @@ class LeanForward:
             else:  # padding columns are never read by a real query: skip their MLP
                 out = torch.zeros_like(flat)
                 out[real] = self._mlp(layer.mlp, flat[real])
-            x = x + out.view(n, width, -1)
+            x = x + out.reshape(n, width, -1)
         last = _rms_norm(x[:, -1], base.norm.weight, self.eps)
-        return F.linear(last, self.lm_head.weight, self.lm_head.bias), cache
+        head = self.model.get_output_embeddings()  # read per call: a resized vocabulary replaces it
+        return F.linear(last, head.weight, head.bias), cache
 
     def _mask(self, attention: torch.Tensor, width: int) -> torch.Tensor:
         """Bool [n, 1, W, past + W]: a query sees the real columns up to its own. Each query also sees itself,
@@ -141,8 +151,13 @@ class LeanForward:
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         keys, values = cache.update(k, v, index)
+        groups = self.heads // self.kv_heads
+        if groups > 1 and q.device.type != "cpu":
+            # CUDA's fused kernels take no mask with `enable_gqa`: give every query head its key/value head instead
+            keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
+            groups = 1
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
-                                             enable_gqa=self.heads != self.kv_heads)
+                                             enable_gqa=groups > 1)
         return F.linear(out.transpose(1, 2).reshape(n, width, -1), attn.o_proj.weight, attn.o_proj.bias)
 
     def _mlp(self, mlp: Any, h: torch.Tensor) -> torch.Tensor:
@@ -160,7 +175,8 @@ class LeanForward:
             top = top / top.sum(dim=-1, keepdim=True)
         top = top.to(h.dtype)
         experts = mlp.experts
-        if h.shape[0] <= DENSE_EXPERT_TOKENS:
+        # fp16 stays grouped: an unchosen expert's overflow times its zero weight would be NaN
+        if h.shape[0] * experts.gate_up_proj.shape[0] <= DENSE_EXPERT_PAIRS and h.dtype != torch.float16:
             return self._experts_dense(experts, h, top, chosen)
         return self._experts_grouped(experts, h, top, chosen)
 

@@ -38,9 +38,9 @@ def _model_step(model, ids, attention, positions, cache):
     return out.logits[:, -1], out.cache
 
 
-@pytest.mark.parametrize("dense_tokens", [0, 10_000])  # experts grouped by expert / all at once
-def test_logits_and_cache_match_the_model(model, monkeypatch, dense_tokens):
-    monkeypatch.setattr(lean_forward, "DENSE_EXPERT_TOKENS", dense_tokens)
+@pytest.mark.parametrize("dense_pairs", [0, 10**9])  # experts grouped by expert / all at once
+def test_logits_and_cache_match_the_model(model, monkeypatch, dense_pairs):
+    monkeypatch.setattr(lean_forward, "DENSE_EXPERT_PAIRS", dense_pairs)
     model.eval()
     vocab = model.config.vocab_size
     lean = LeanForward(model)
@@ -56,6 +56,13 @@ def test_logits_and_cache_match_the_model(model, monkeypatch, dense_tokens):
     torch.testing.assert_close(lean(ids2, attention2, positions2, model_cache_copy)[0], want2, atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(_model_step(model, ids2, attention2, positions2, lean_cache_copy)[0], want2,
                                atol=2e-5, rtol=1e-4)
+    # a third chunk, all real, after the hole of the second: holes in the past, real columns after them
+    g = torch.Generator().manual_seed(2)
+    ids3 = torch.randint(5, vocab, (ids.shape[0], 2), generator=g)
+    attention3 = torch.cat([attention2, torch.ones_like(ids3)], 1)
+    positions3 = positions2[:, -1:] + 1 + torch.arange(2)[None]
+    want3, _ = _model_step(model, ids3, attention3, positions3, model_cache)
+    torch.testing.assert_close(lean(ids3, attention3, positions3, lean_cache)[0], want3, atol=2e-5, rtol=1e-4)
 
 
 def test_follows_in_place_weight_updates(model):
@@ -71,19 +78,37 @@ def test_follows_in_place_weight_updates(model):
     torch.testing.assert_close(after, _model_step(model, ids, attention, positions, None)[0], atol=2e-5, rtol=1e-4)
 
 
-def test_padding_rows_put_no_nan_in_the_cache(model):
+def test_a_real_query_sees_the_real_columns_up_to_its_own_and_no_row_is_empty(model):
     ids, attention, positions = _padded_batch(model.config.vocab_size)
+    _, attention2, _ = _chunk(model.config.vocab_size, attention, positions)
+    width = attention2.shape[1] - attention.shape[1]
+    mask = LeanForward(model)._mask(attention2, width)[:, 0]  # [n, W, past + W]
+    assert mask.any(-1).all()  # padding queries see themselves: no softmax over nothing, no NaN in the cache
+    past = attention.shape[1]
+    for r in range(attention2.shape[0]):
+        for j in range(width):
+            if attention2[r, past + j]:
+                want = [bool(attention2[r, c]) and c <= past + j for c in range(attention2.shape[1])]
+                assert mask[r, j].tolist() == want
     _, cache = LeanForward(model.eval())(ids, attention, positions, None)
     assert all(torch.isfinite(layer.keys).all() and torch.isfinite(layer.values).all() for layer in cache.layers)
 
 
 @pytest.mark.parametrize("constrained", [True, False])
-def test_generation_is_the_same_with_the_models_forward(policy, constrained):
+def test_generation_is_the_same_with_the_models_forward(policy, constrained, monkeypatch):
     policy.constrained, policy.max_new_tokens = constrained, 30
     gs = grammars()
     prompts = _prompts(policy, 12)
     batch = [gs[k % len(gs)] for k in range(12)]
     runs = []
+    calls = []
+    lean_call = LeanForward.__call__
+
+    def counted(self, *args):
+        calls.append(policy.lean)
+        return lean_call(self, *args)
+
+    monkeypatch.setattr(LeanForward, "__call__", counted)
     for lean in (True, False):
         policy.lean = lean
         cache = TurnCache()
@@ -96,6 +121,7 @@ def test_generation_is_the_same_with_the_models_forward(policy, constrained):
         assert cache.reused_calls == 1
         runs.append((first, second))
     policy.lean = True
+    assert calls and all(calls)  # the lean run went through LeanForward, the other never did
     for a, b in zip(*runs, strict=True):
         assert a.token_ids == b.token_ids
         for x, y in zip(a.logprobs, b.logprobs, strict=True):
@@ -113,3 +139,12 @@ def test_other_families_keep_their_own_forward(tokenizer):
     policy = LLMPolicy(model, tokenizer, constrained=True, max_new_tokens=30, seed=0)
     gen = policy.generate(_prompts(policy, 3), grammars()[:3], seed=0)
     assert all(gen.finished)
+
+
+def test_models_it_would_compute_wrongly_are_refused(model):
+    hooked = copy.deepcopy(model)
+    hooked.model.layers[0].mlp.register_forward_hook(lambda *_: None)  # a hook changes what the module computes
+    assert supports(model) and not supports(hooked)
+    sliding = copy.deepcopy(model)
+    sliding.config.use_sliding_window, sliding.config.sliding_window = True, 4
+    assert not supports(sliding)
