@@ -89,11 +89,11 @@ def hf_generate(policy: LLMPolicy, prompts: torch.Tensor, new_tokens: int, trie:
 
 def ours_generate(policy: LLMPolicy, prompts: torch.Tensor, grammar, lean: bool = True) -> int:
     """The rollout's decoding; `lean=False` runs each step through the model's own forward instead."""
-    policy.lean = lean
+    before, policy.lean = policy.lean, lean
     try:
         gen = policy.generate(prompts.tolist(), [grammar] * prompts.shape[0])
     finally:
-        policy.lean = True
+        policy.lean = before
     return sum(len(ids) for ids in gen.token_ids)
 
 

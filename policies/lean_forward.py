@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
 SUPPORTED_TYPES = frozenset({"qwen3_moe"})
-DENSE_EXPERT_PAIRS = 4096
-"""Up to this many (token, expert) pairs every expert runs on every token (two matmuls beat a loop of small
-ones: decoding); above it tokens are grouped by expert and each expert runs on its own (prefill)."""
+DENSE_EXPERT_MACS = 1 << 24
+"""Up to this many multiply-adds for every expert on every token, all experts run on all tokens (for a few
+decoding rows two matmuls beat a loop of small ones); above it tokens are grouped by expert (prefill)."""
 
 
 def supports(model: PreTrainedModel) -> bool:
@@ -66,10 +66,7 @@ def _plain_experts(mlp: Any) -> bool:
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # as the model computes it: in float32, then back to the input dtype before the weight
-    dtype = x.dtype
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(dtype)
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -92,7 +89,6 @@ class LeanForward:
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
         self.scaling = self.head_dim ** -0.5
-        self.base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
 
     @torch.inference_mode()
     def __call__(self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any | None
@@ -102,7 +98,7 @@ class LeanForward:
         `ids` [n, W] (left-padded), `attention` [n, past + W] (1 = real token; holes allowed), `positions`
         [n, W] (each real token's position), `cache` a transformers cache holding `past` columns, or None.
         """
-        base = self.base
+        base = self.model.get_decoder()  # read per call, as every weight: a restored model may swap its modules
         if cache is None:
             cache = DynamicCache(config=self.model.config)
         n, width = ids.shape
@@ -176,7 +172,9 @@ class LeanForward:
         top = top.to(h.dtype)
         experts = mlp.experts
         # fp16 stays grouped: an unchosen expert's overflow times its zero weight would be NaN
-        if h.shape[0] * experts.gate_up_proj.shape[0] <= DENSE_EXPERT_PAIRS and h.dtype != torch.float16:
+        count, inner2, hidden = experts.gate_up_proj.shape
+        dense_macs = h.shape[0] * count * 3 * (inner2 // 2) * hidden
+        if dense_macs <= DENSE_EXPERT_MACS and h.dtype != torch.float16:
             return self._experts_dense(experts, h, top, chosen)
         return self._experts_grouped(experts, h, top, chosen)
 
