@@ -11,6 +11,8 @@ under the same masks and temperature, with entropy and (for MoE models) router s
 Works with any `AutoModelForCausalLM`; router parts are skipped when the model has none.
 The result records (`Generation`, `SequenceScores`) live in `policies/outputs.py` and the scoring
 forward in `policies/scoring.py`; both names stay importable from here.
+With `lean=True` each decoding forward runs through `policies/lean_forward.py` where the model's family has one
+(Qwen3-MoE: the same logits to float tolerance without transformers' per-call machinery).
 Rows that finished leave the batch once a quarter of it is done (their cache is set aside and put
 back for the turn cache), so late forwards run on the rows still deciding.
 An opponent head (`policies/opponent_head.py`), when the engine attaches one as `opponent_head`, reads
@@ -31,6 +33,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
+from policies.lean_forward import LeanForward
+from policies.lean_forward import supports as lean_supports
 from policies.opponent_head import hint_text
 from policies.outputs import Generation, SequenceScores
 from policies.scoring import score_spans
@@ -61,6 +65,7 @@ class LLMPolicy:
         temperature: float = 1.0,
         max_new_tokens: int = 64,
         seed: int | None = None,
+        lean: bool = False,
     ) -> None:
         if temperature <= 0:
             raise ValueError(f"temperature={temperature} must be > 0; use generate(..., greedy=True) for argmax")
@@ -86,6 +91,11 @@ class LLMPolicy:
         self._generator: torch.Generator | None = None
         self._seed = seed
         self._free_masks: dict[str, torch.Tensor] = {}
+        # With `lean`, decoding steps run through `LeanForward` where the model's family has one (the same logits
+        # to float tolerance, less per-call overhead); the learner always scores through the model's own forward.
+        self.lean = lean
+        self._lean: LeanForward | None = None
+        self._lean_checked: Any = None  # the model `_lean` was decided for (a caller may swap `model`)
         self.opponent_head: torch.nn.Module | None = None
         """The opponent-model head trained beside this policy (see `policies/opponent_head.py`), if any."""
 
@@ -266,6 +276,13 @@ class LLMPolicy:
                  hidden: bool = False) -> tuple[torch.Tensor, Any, torch.Tensor | None]:
         """One cached forward: the logits at each row's last column, the cache after it and, when asked,
         the last hidden state there."""
+        if self.lean and not hidden:
+            if self._lean_checked is not self.model:
+                self._lean = LeanForward(self.model) if lean_supports(self.model) else None
+                self._lean_checked = self.model
+            if self._lean is not None:
+                last, cache = self._lean(ids, attention, positions, cache)
+                return last, cache, None
         kwargs: dict = {"logits_to_keep": 1} if self._has_logits_to_keep else {}
         if cache is not None:
             kwargs[self._cache_kwarg] = cache

@@ -43,12 +43,9 @@ def left_padded(chunks: Sequence[Sequence[int]], pad_id: int, device: torch.devi
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`[n, W]` ids and mask, each chunk flush right so every row's last column is real."""
     width = max(len(c) for c in chunks)
-    ids = torch.full((len(chunks), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(chunks), width), dtype=torch.long)
-    for i, c in enumerate(chunks):
-        if c:
-            ids[i, width - len(c):] = torch.tensor(list(c), dtype=torch.long)
-            mask[i, width - len(c):] = 1
+    # nested lists then one tensor each: a decoding step calls this for every row, every step
+    ids = torch.tensor([[pad_id] * (width - len(c)) + list(c) for c in chunks], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in chunks], dtype=torch.long)
     return ids.to(device), mask.to(device)
 
 

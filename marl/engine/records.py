@@ -90,6 +90,13 @@ class RolloutBatch:
     env_seconds: float
     reused_prompt_tokens: int = 0
     """Prompt tokens served from the turn cache instead of being read again."""
+    prompt_tokens: int = 0
+    """Prompt tokens of every generate call (the turn cache's share of them included)."""
+
+    @property
+    def processed_tokens(self) -> int:
+        """Tokens the model read or wrote while generating: prompts not served from the turn cache, plus actions."""
+        return self.prompt_tokens - self.reused_prompt_tokens + self.generated_tokens
 
 
 def concat_batches(parts: Sequence[RolloutBatch]) -> RolloutBatch:
@@ -106,7 +113,8 @@ def concat_batches(parts: Sequence[RolloutBatch]) -> RolloutBatch:
         env_offset += 1 + max((ep.env for ep in part.episodes), default=-1)
     return RolloutBatch(turns, episodes, sum(p.generated_tokens for p in parts), sum(p.env_steps for p in parts),
                         sum(p.seconds for p in parts), sum(p.generate_seconds for p in parts),
-                        sum(p.env_seconds for p in parts), sum(p.reused_prompt_tokens for p in parts))
+                        sum(p.env_seconds for p in parts), sum(p.reused_prompt_tokens for p in parts),
+                        sum(p.prompt_tokens for p in parts))
 
 
 def mark_harness_faults(episodes: Sequence[Episode], kinds: Sequence[str]) -> None:

@@ -221,7 +221,7 @@ class RolloutWorker:
         kinds = [env.unwrapped.kind for env in envs]
         crashed: set[int] = set()
         gen_s = env_s = 0.0
-        tokens = steps = 0
+        tokens = steps = prompted = 0
         # KV caches live for this collection only: the weights may change before the next one
         turn_caches: dict[str, Any] | None = {} if self.turn_cache else None
         for loop in range(max_loops):
@@ -239,6 +239,7 @@ class RolloutWorker:
                                              seed=turn_seed(sample_seed, loop), keys=llm, turn_caches=turn_caches)
                 texts.update(zip(llm, gen.texts, strict=True))
                 tokens += sum(len(ids) for ids in gen.token_ids)
+                prompted += sum(len(context[k]) for k in llm)
             for i, a in live:
                 if (i, a) not in texts:
                     pid = episodes[slot[(i, a)]].policy
@@ -307,7 +308,7 @@ class RolloutWorker:
         reused = sum(c.reused_tokens for c in (turn_caches or {}).values())
         return RolloutBatch(turns=turns, episodes=episodes, generated_tokens=tokens, env_steps=steps,
                             seconds=time.perf_counter() - start, generate_seconds=gen_s, env_seconds=env_s,
-                            reused_prompt_tokens=reused)
+                            reused_prompt_tokens=reused, prompt_tokens=prompted)
 
 
 def opponent_labels(env: Any, agent: str) -> tuple[int, ...]:

@@ -80,7 +80,7 @@ def subset(batch: RolloutBatch, keep: Callable[[Episode], bool]) -> RolloutBatch
             turns.append(replace(t, episode=e))  # every field travels (state, opponent labels, ...)
         episodes.append(replace(ep, turns=ids))
     return RolloutBatch(turns, episodes, batch.generated_tokens, batch.env_steps, batch.seconds,
-                        batch.generate_seconds, batch.env_seconds)
+                        batch.generate_seconds, batch.env_seconds, batch.reused_prompt_tokens, batch.prompt_tokens)
 
 
 def shared_until(piece: EpisodeSequence) -> int:

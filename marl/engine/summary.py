@@ -57,5 +57,7 @@ def summarize(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:
         for agent, rets in sorted(by_agent.items()):
             out[f"agent/{agent}/return"] = float(np.mean(rets))
         out["perf/tokens_per_s"] = batch.generated_tokens / max(batch.generate_seconds, 1e-9)
+        # short actions after long observations: generated tokens alone understate what decoding did
+        out["perf/processed_tokens_per_s"] = batch.processed_tokens / max(batch.generate_seconds, 1e-9)
         out["perf/env_steps_per_s"] = batch.env_steps / max(batch.seconds, 1e-9)
     return out

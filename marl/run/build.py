@@ -106,7 +106,7 @@ def new_policy(policy_cfg: PolicyConfig, tokenizer: Any, seed: int) -> LLMPolicy
                         eos_token_id=tokenizer.eos_token_id, router_aux_loss_coef=policy_cfg.router_aux_loss_coef)
     model.to(resolve_device(policy_cfg.device))
     return LLMPolicy(model, tokenizer, constrained=policy_cfg.constrained, temperature=policy_cfg.temperature,
-                     max_new_tokens=policy_cfg.max_new_tokens)
+                     max_new_tokens=policy_cfg.max_new_tokens, lean=policy_cfg.lean_decoding)
 
 
 def saved_tokenizer(model_spec: str) -> Any | None:
@@ -138,7 +138,7 @@ def build_policy(cfg: TrainConfig, make_env: EnvFactory, out_dir: Path, rng: np.
 def same_policy(policy: LLMPolicy, model: Any) -> LLMPolicy:
     """`model` behind `policy`'s tokenizer and decoding settings."""
     return LLMPolicy(model, policy.tokenizer, constrained=policy.constrained, temperature=policy.temperature,
-                     max_new_tokens=policy.max_new_tokens)
+                     max_new_tokens=policy.max_new_tokens, lean=policy.lean)
 
 
 def clone_policy(policy: LLMPolicy) -> LLMPolicy:

@@ -14,6 +14,8 @@ conversations (an episode's later turns need the environment's replies).
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 
 import mlflow
@@ -39,11 +41,19 @@ def log_policy_model(tracking_uri: str, run_id: str, checkpoint: Path) -> str:
     first = (read_meta(checkpoint).policies or ("shared",))[0]
     signature = infer_signature(["an observation"], ["an action"], params={"policy": first})
     mlflow.set_tracking_uri(tracking_uri)
+    bar = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # a copy between local folders; no bar in the run's output
     try:
-        with mlflow.start_run(run_id=run_id):  # the run is RUNNING already; the caller ends it
+        with mlflow.start_run(run_id=run_id), warnings.catch_warnings():  # the run is RUNNING already; the caller ends it
+            # The signature is given (with params), so MLflow's hints about type hints and input examples do not apply.
+            warnings.filterwarnings("ignore", message=r".*(type hints|input example).*", category=UserWarning)
             info = mlflow.pyfunc.log_model(name=MODEL_NAME, python_model=str(Path(__file__).with_name("policy_model.py")),
                                            artifacts={"checkpoint": str(checkpoint)}, code_paths=code,
                                            pip_requirements=_REQUIREMENTS, signature=signature)
     finally:  # leaving the fluent run ended it; the caller's run goes on
         mlflow.MlflowClient(tracking_uri).update_run(run_id, status="RUNNING")
+        if bar is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = bar
     return info.model_uri

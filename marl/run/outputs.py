@@ -11,6 +11,7 @@ It leaves out the training loop (`marl.run.train`) and resume points (`marl.run.
 from __future__ import annotations
 
 import dataclasses
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,8 @@ class PeriodicEval:
 
     def __init__(self, cfg: TrainConfig, chat: Any, run_dir: Path, best: float = -1.0) -> None:
         self.cfg, self.chat, self.folder, self.best = cfg, chat, run_dir / "best", best
+        self.seconds = 0.0
+        """Wall-clock spent in these evaluations so far (the RL clock minus it is training time)."""
 
     def due(self, iteration: int) -> bool:
         every = self.cfg.checkpoint.eval_every
@@ -142,6 +145,7 @@ class PeriodicEval:
     def __call__(self, tr: Tracker, policies: PolicyMap, iteration: int, curriculum: CurriculumRun | None,
                  save: Any) -> dict[str, float]:
         """Evaluate, log, and call `save(folder)` when the mean success is the best so far."""
+        started = time.perf_counter()
         factory_of = eval_teams(self.cfg, policies, curriculum)[0][2]
         figures, rates = {}, []
         for split in self.cfg.eval_splits:
@@ -158,4 +162,5 @@ class PeriodicEval:
             save(self.folder)
             tr.set_tags({"best_iteration": str(iteration), "best_eval_success": f"{score:.4f}"})
         tr.log_metrics(figures, step=iteration)
+        self.seconds += time.perf_counter() - started
         return figures

@@ -216,6 +216,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
         env_steps, agent_steps = int(point.info["env_steps"]), int(point.info.get("agent_steps", 0))
         worker.env_crashes = int(point.info.get("env_crashes", 0))  # the run's allowance is the run's, not the process's
         periodic.best = float(point.info.get("best_eval", -1.0))
+        periodic.seconds = float(point.info.get("eval_seconds", 0.0))
     else:
         writer.save(0, {"env_steps": 0, "agent_steps": 0}, 0.0, learners, baselines, rng, parts)
 
@@ -269,6 +270,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
                 pool.after_iteration(it)
                 metrics.update(pool.metrics())
             metrics["perf/elapsed_s"] = time.perf_counter() - start
+            metrics["perf/train_seconds"] = metrics["perf/elapsed_s"] - periodic.seconds  # periodic evaluations left out
             metrics["perf/peak_rss_gb"] = peak_rss_gb()
             metrics["perf/rss_gb"] = rss_gb()
             metrics.update(comms_metrics(worker))
@@ -288,7 +290,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             last = out_of_time or it == cfg.iterations or stop.signum is not None or stopping is not None
             if last or writer.due(it):
                 progress = {"env_steps": env_steps, "agent_steps": agent_steps, "best_eval": periodic.best,
-                            "env_crashes": worker.env_crashes}
+                            "env_crashes": worker.env_crashes, "eval_seconds": periodic.seconds}
                 folder = writer.save(it, progress, time.perf_counter() - start, learners, baselines, rng, parts)
                 if stop.signum is not None:
                     raise KeyboardInterrupt(f"stopped by signal {stop.signum} after RL iteration {it}"

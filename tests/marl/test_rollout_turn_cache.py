@@ -36,6 +36,11 @@ def test_turn_cache_changes_nothing_but_the_prefill(setup):
                 for a, b in zip(x.logprobs, y.logprobs, strict=True))
     assert worst < 1e-4
     assert plain.reused_prompt_tokens == 0 and cached.reused_prompt_tokens > 0
+    # every call's prompts are counted, and the cache's share comes off what the model read
+    for batch in batches:
+        assert batch.prompt_tokens == sum(len(t.prompt_ids) for t in batch.turns if t.action_ids)
+        assert batch.processed_tokens == batch.prompt_tokens - batch.reused_prompt_tokens + batch.generated_tokens
+    assert cached.processed_tokens < plain.processed_tokens
 
 
 def test_a_row_bound_plays_the_envs_in_parts_with_the_same_records(setup):
@@ -50,6 +55,7 @@ def test_a_row_bound_plays_the_envs_in_parts_with_the_same_records(setup):
     assert [(e.seed, e.agent, e.transcript) for e in parts.episodes] == [
         (e.seed, e.agent, e.transcript) for e in whole.episodes]
     assert [e.env for e in parts.episodes] == [e.env for e in whole.episodes]
+    assert (parts.prompt_tokens, parts.generated_tokens) == (whole.prompt_tokens, whole.generated_tokens)
     for e, ep in enumerate(parts.episodes):
         assert all(parts.turns[i].episode == e for i in ep.turns)
     with pytest.raises(ValueError, match="max_rows"):

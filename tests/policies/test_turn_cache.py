@@ -94,13 +94,13 @@ def test_finished_rows_leave_the_batch_and_change_nothing(policy, monkeypatch):
     prompts = _first_turn(policy, n)
     batch = [gs[k % len(gs)] if k % 4 else None for k in range(n)]  # free rows run longest
     rows_per_forward = []
-    forward = policy.model.forward
+    forward = policy._forward  # each decoding forward, lean or the model's own
 
-    def counting(*args, **kwargs):
-        rows_per_forward.append(kwargs["input_ids"].shape[0])
-        return forward(*args, **kwargs)
+    def counting(ids, *args, **kwargs):
+        rows_per_forward.append(ids.shape[0])
+        return forward(ids, *args, **kwargs)
 
-    monkeypatch.setattr(policy.model, "forward", counting)
+    monkeypatch.setattr(policy, "_forward", counting)
     cache = TurnCache()
     together = policy.generate(prompts, batch, greedy=True, turn_cache=cache, keys=list(range(n)))
     assert min(rows_per_forward) < n  # some forwards ran without the finished rows

@@ -1,0 +1,211 @@
+"""A lean inference forward for Qwen3-MoE-family models: what the rollout's decoding loop calls per step.
+
+A transformers forward spends most of a small model's decoding step outside arithmetic: kwarg and
+output plumbing, a 4D mask built from the 2D one by a general mask factory, output recorders, and an
+expert loop that pays one small matmul per expert per layer. `LeanForward` computes the same function
+from the same weights with plain tensor ops: the mask built once per call from the 2D mask with holes
+(the caller's layout: left padding, turn-cache holes, explicit positions), the KV cache updated through
+the transformers `Cache` the caller passes (so the turn cache, row parking and `batch_select_indices`
+work unchanged, and a cache filled by the full model continues here and back), the router as the model
+computes it, and the experts either all at once on a few tokens (two matmuls; decoding) or grouped by
+expert on many (prefill), on real tokens only (padding columns skip the MoE: no real query reads them).
+Logits match the model's forward to float tolerance (tested), not bit for bit.
+
+Left out: training (no gradients, no router logits: the learner scores through the model's own
+forward), sliding-window attention, models of other families (`supports` says False and the caller
+keeps the model's forward), hidden-state outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache, PreTrainedModel
+
+SUPPORTED_TYPES = frozenset({"qwen3_moe"})
+DENSE_EXPERT_MACS = 1 << 24
+"""Up to this many multiply-adds for every expert on every token, all experts run on all tokens (for a few
+decoding rows two matmuls beat a loop of small ones); above it tokens are grouped by expert (prefill)."""
+
+
+def supports(model: PreTrainedModel) -> bool:
+    """Whether `LeanForward` computes this model's function (family, attention kind, no sliding window)."""
+    config = getattr(model, "config", None)
+    return (
+        config is not None
+        and getattr(config, "model_type", None) in SUPPORTED_TYPES
+        and getattr(config, "sliding_window", None) in (None, 0)
+        and not getattr(config, "use_sliding_window", False)
+        and getattr(config, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+        and (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default") == "default"
+        and getattr(model, "hf_quantizer", None) is None
+        and all(_plain_experts(layer.mlp) and _plain_modules(layer) for layer in model.get_decoder().layers)
+    )
+
+
+def _plain_modules(layer: torch.nn.Module) -> bool:
+    """No hooks and plain linear projections: a LoRA or quantized wrapper, an offload hook or any forward hook
+    changes what the module computes, which reading its `weight` would silently skip."""
+    attn = layer.self_attn
+    if any(type(m) is not torch.nn.Linear for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)):
+        return False
+    return not any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in layer.modules())
+
+
+def _plain_experts(mlp: Any) -> bool:
+    """A dense MLP, or experts in the concatenated gate/up layout without bias, transposition or post-norm."""
+    experts = getattr(mlp, "experts", None)
+    if experts is None:
+        return hasattr(mlp, "gate_proj")
+    return (getattr(experts, "has_gate", True) and getattr(experts, "is_concatenated", True)
+            and not getattr(experts, "is_transposed", False) and not getattr(experts, "has_bias", False)
+            and not getattr(experts, "has_post_expert_norm", False) and hasattr(experts, "gate_up_proj"))
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # as the model computes it: in float32, then back to the input dtype before the weight
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class LeanForward:
+    """The inference forward of one model (see the module docstring). Reads the weights at every call, so it
+    follows the optimizer's in-place updates."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        if not supports(model):
+            raise ValueError(f"no lean forward for model type {getattr(model.config, 'model_type', '?')!r}; "
+                             "use the model's own forward")
+        self.model = model
+        config = model.config
+        self.eps = float(config.rms_norm_eps)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(config.num_key_value_heads)
+        self.scaling = self.head_dim ** -0.5
+
+    @torch.inference_mode()
+    def __call__(self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any | None
+                 ) -> tuple[torch.Tensor, Any]:
+        """Logits [n, vocab] at each row's last column, and the cache after this chunk.
+
+        `ids` [n, W] (left-padded), `attention` [n, past + W] (1 = real token; holes allowed), `positions`
+        [n, W] (each real token's position), `cache` a transformers cache holding `past` columns, or None.
+        """
+        base = self.model.get_decoder()  # read per call, as every weight: a restored model may swap its modules
+        if cache is None:
+            cache = DynamicCache(config=self.model.config)
+        n, width = ids.shape
+        x = base.embed_tokens(ids)
+        cos, sin = base.rotary_emb(x, positions)
+        cos, sin = cos[:, None], sin[:, None]
+        mask = self._mask(attention, width)
+        real = attention[:, -width:].reshape(-1).bool()
+        every_token_real = bool(real.all())
+        for index, layer in enumerate(base.layers):
+            h = _rms_norm(x, layer.input_layernorm.weight, self.eps)
+            x = x + self._attention(layer.self_attn, h, cos, sin, mask, cache, index)
+            h = _rms_norm(x, layer.post_attention_layernorm.weight, self.eps)
+            flat = h.reshape(n * width, -1)
+            if every_token_real:
+                out = self._mlp(layer.mlp, flat)
+            else:  # padding columns are never read by a real query: skip their MLP
+                out = torch.zeros_like(flat)
+                out[real] = self._mlp(layer.mlp, flat[real])
+            x = x + out.reshape(n, width, -1)
+        last = _rms_norm(x[:, -1], base.norm.weight, self.eps)
+        head = self.model.get_output_embeddings()  # read per call: a resized vocabulary replaces it
+        return F.linear(last, head.weight, head.bias), cache
+
+    def _mask(self, attention: torch.Tensor, width: int) -> torch.Tensor:
+        """Bool [n, 1, W, past + W]: a query sees the real columns up to its own. Each query also sees itself,
+        so a padding query never has an empty row (whose softmax would put NaN into the cache's values)."""
+        total = attention.shape[1]
+        past = total - width
+        columns = torch.arange(total, device=attention.device)
+        query_columns = past + torch.arange(width, device=attention.device)
+        causal = columns[None, :] <= query_columns[:, None]  # [W, total]
+        visible = causal[None] & attention.bool()[:, None, :]
+        visible |= (columns[None, :] == query_columns[:, None])[None]
+        return visible[:, None]
+
+    def _attention(self, attn: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+                   cache: Any, index: int) -> torch.Tensor:
+        n, width, _ = h.shape
+        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(n, width, self.heads, self.head_dim)
+        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(n, width, self.kv_heads, self.head_dim)
+        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(n, width, self.kv_heads, self.head_dim)
+        q = _rms_norm(q, attn.q_norm.weight, self.eps).transpose(1, 2)
+        k = _rms_norm(k, attn.k_norm.weight, self.eps).transpose(1, 2)
+        v = v.transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        keys, values = cache.update(k, v, index)
+        groups = self.heads // self.kv_heads
+        if groups > 1 and q.device.type != "cpu":
+            # CUDA's fused kernels take no mask with `enable_gqa`: give every query head its key/value head instead
+            keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
+            groups = 1
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
+                                             enable_gqa=groups > 1)
+        return F.linear(out.transpose(1, 2).reshape(n, width, -1), attn.o_proj.weight, attn.o_proj.bias)
+
+    def _mlp(self, mlp: Any, h: torch.Tensor) -> torch.Tensor:
+        """The layer's feed-forward on tokens [T, hidden]: the sparse MoE block, or a dense MLP layer."""
+        if h.shape[0] == 0:
+            return h
+        gate = getattr(mlp, "gate", None)
+        if gate is None:  # a dense layer (`mlp_only_layers`)
+            return F.linear(mlp.act_fn(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight),
+                            mlp.down_proj.weight)
+        logits = F.linear(h, gate.weight)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        top, chosen = torch.topk(probs, gate.top_k, dim=-1)
+        if gate.norm_topk_prob:
+            top = top / top.sum(dim=-1, keepdim=True)
+        top = top.to(h.dtype)
+        experts = mlp.experts
+        # fp16 stays grouped: an unchosen expert's overflow times its zero weight would be NaN
+        count, inner2, hidden = experts.gate_up_proj.shape
+        dense_macs = h.shape[0] * count * 3 * (inner2 // 2) * hidden
+        if dense_macs <= DENSE_EXPERT_MACS and h.dtype != torch.float16:
+            return self._experts_dense(experts, h, top, chosen)
+        return self._experts_grouped(experts, h, top, chosen)
+
+    @staticmethod
+    def _experts_dense(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """Every expert on every token, weighted by the routing (zero where not chosen): two matmuls."""
+        count, inner2, hidden = experts.gate_up_proj.shape
+        gate_up = F.linear(h, experts.gate_up_proj.reshape(count * inner2, hidden)).view(-1, count, inner2)
+        act = experts._apply_gate(gate_up)  # [T, E, inner]
+        out = torch.bmm(act.transpose(0, 1), experts.down_proj.transpose(1, 2))  # [E, T, hidden]
+        weights = torch.zeros(h.shape[0], count, dtype=h.dtype, device=h.device).scatter_(1, chosen, top)
+        return torch.einsum("eth,te->th", out, weights)
+
+    @staticmethod
+    def _experts_grouped(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """Tokens sorted by expert, each expert's rows in one contiguous slice."""
+        k = chosen.shape[1]
+        flat = chosen.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=experts.gate_up_proj.shape[0]).tolist()
+        token = order // k
+        weight = top.reshape(-1)[order]
+        rows = h[token]
+        out = torch.empty_like(rows)
+        start = 0
+        for e, c in enumerate(counts):
+            if c:
+                part = rows[start:start + c]
+                out[start:start + c] = F.linear(experts._apply_gate(F.linear(part, experts.gate_up_proj[e])),
+                                                experts.down_proj[e])
+                start += c
+        result = torch.zeros_like(h)
+        result.index_add_(0, token, out * weight[:, None])
+        return result
