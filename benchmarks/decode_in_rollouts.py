@@ -14,6 +14,7 @@ tokens/s as a share of `tool_use`'s.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,12 +27,8 @@ from marl.engine.rollout import RolloutWorker
 from marl.run.build import build_policy, train_env_factory
 from policies.chat import ChatFormat
 
-
-def agent_count(name: str, wanted: int) -> int:
-    """`wanted` within the scenario's range (predator_prey: an even count, two equal teams)."""
-    lo, hi = scenarios.info(name).agent_range
-    n = min(max(wanted, lo), hi)
-    return n - 1 if name == "predator_prey" and n % 2 else n
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks beside this one
+from env_throughput import agent_count  # noqa: E402
 
 
 def main() -> None:

@@ -45,8 +45,8 @@ def log_policy_model(tracking_uri: str, run_id: str, checkpoint: Path) -> str:
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # a copy between local folders; no bar in the run's output
     try:
         with mlflow.start_run(run_id=run_id), warnings.catch_warnings():  # the run is RUNNING already; the caller ends it
-            # The signature is given (with params), so MLflow's hints about type hints and input examples do not apply.
-            warnings.filterwarnings("ignore", message=r".*(type hints|input example).*", category=UserWarning)
+            # The signature is given (with params), so MLflow's advice to add an input example does not apply.
+            warnings.filterwarnings("ignore", message=r".*input example.*", category=UserWarning)
             info = mlflow.pyfunc.log_model(name=MODEL_NAME, python_model=str(Path(__file__).with_name("policy_model.py")),
                                            artifacts={"checkpoint": str(checkpoint)}, code_paths=code,
                                            pip_requirements=_REQUIREMENTS, signature=signature)
