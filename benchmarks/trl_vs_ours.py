@@ -214,6 +214,9 @@ def main() -> None:
     for arm, curve in curves.items():
         shown = ", ".join(f"{t:.0f}s {s:.2f}" for t, s in curve)
         print(f"{arm}: {shown}")
+    if any(curve[0][1] >= args.target for curve in curves.values()):
+        print(f"the start checkpoint already reaches {args.split} >= {args.target}: give a weaker start (shorter SFT)")
+        return
     reached = {arm: seconds_to(curve, args.target) for arm, curve in curves.items()}
     for arm, t in reached.items():
         print(f"{arm}: {args.split} >= {args.target} after " + (f"{t:.0f} s of training" if t is not None
