@@ -47,11 +47,18 @@ def supports(model: PreTrainedModel) -> bool:
 
 def _plain_modules(layer: torch.nn.Module) -> bool:
     """No hooks and plain linear projections: a LoRA or quantized wrapper, an offload hook or any forward hook
-    changes what the module computes, which reading its `weight` would silently skip."""
+    may change what the module computes, which reading its `weight` would silently skip. transformers' own
+    output-capturing hooks (installed by the first forward that asks for router logits, and kept) only record
+    outputs: they do not count, or the answer would change once the learner has run."""
     attn = layer.self_attn
     if any(type(m) is not torch.nn.Linear for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)):
         return False
-    return not any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in layer.modules())
+    return not any(m._forward_pre_hooks or hasattr(m, "_hf_hook") or any(not _recording(h) for h in m._forward_hooks.values())
+                   for m in layer.modules())
+
+
+def _recording(hook: Any) -> bool:
+    return getattr(hook, "__module__", "") == "transformers.utils.output_capturing"
 
 
 def _plain_experts(mlp: Any) -> bool:

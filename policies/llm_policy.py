@@ -11,8 +11,8 @@ under the same masks and temperature, with entropy and (for MoE models) router s
 Works with any `AutoModelForCausalLM`; router parts are skipped when the model has none.
 The result records (`Generation`, `SequenceScores`) live in `policies/outputs.py` and the scoring
 forward in `policies/scoring.py`; both names stay importable from here.
-With `lean=True` each decoding forward runs through `policies/lean_forward.py` where the model's family has one
-(Qwen3-MoE: the same logits to float tolerance without transformers' per-call machinery).
+Each decoding forward runs through `policies/lean_forward.py` where the model's family has one (Qwen3-MoE: the
+same logits to float tolerance without transformers' per-call machinery); `lean=False` keeps the model's own.
 Rows that finished leave the batch once a quarter of it is done (their cache is set aside and put
 back for the turn cache), so late forwards run on the rows still deciding.
 An opponent head (`policies/opponent_head.py`), when the engine attaches one as `opponent_head`, reads
@@ -65,7 +65,7 @@ class LLMPolicy:
         temperature: float = 1.0,
         max_new_tokens: int = 64,
         seed: int | None = None,
-        lean: bool = False,
+        lean: bool = True,
     ) -> None:
         if temperature <= 0:
             raise ValueError(f"temperature={temperature} must be > 0; use generate(..., greedy=True) for argmax")
@@ -91,8 +91,8 @@ class LLMPolicy:
         self._generator: torch.Generator | None = None
         self._seed = seed
         self._free_masks: dict[str, torch.Tensor] = {}
-        # With `lean`, decoding steps run through `LeanForward` where the model's family has one (the same logits
-        # to float tolerance, less per-call overhead); the learner always scores through the model's own forward.
+        # Decoding steps run through `LeanForward` where the model's family has one (the same logits to float
+        # tolerance, less per-call overhead) unless `lean` is off; the learner always scores through the model's own forward.
         self.lean = lean
         self._lean: LeanForward | None = None
         self._lean_checked: Any = None  # the model `_lean` was decided for (a caller may swap `model`)

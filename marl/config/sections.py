@@ -57,8 +57,8 @@ class PolicyConfig(SelfChecking):
     """Longest action in tokens; an unfinished action is malformed text for the scenario."""
     router_aux_loss_coef: float = 0.001
     """Weight of the MoE Switch load-balancing loss from router logits (RL keeps it small)."""
-    lean_decoding: bool = False
-    """Decode through the lean Qwen3-MoE forward (the model's logits to float tolerance, 1.2-1.5x faster rollouts on CPU); a run resumed with it on is not bit-identical to an unbroken one, so it is opt-in."""
+    lean_decoding: bool = True
+    """Decode through the lean Qwen3-MoE forward (the model's logits to float tolerance, less per-step overhead); off, or another model family, runs the model's own forward each step."""
     device: str = "auto"
     """Torch device of the policy: `auto` (cuda when available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
 

@@ -142,6 +142,11 @@ def test_other_families_keep_their_own_forward(tokenizer):
 
 
 def test_models_it_would_compute_wrongly_are_refused(model):
+    # transformers' output-capturing hooks, left behind by a forward that records router logits, change nothing:
+    # the choice must not flip once the learner has run (a resumed run would then decode differently)
+    recorded = copy.deepcopy(model)
+    recorded(input_ids=torch.tensor([[5, 6, 7]]), output_router_logits=True)
+    assert any(m._forward_hooks for m in recorded.modules()) and supports(recorded)
     hooked = copy.deepcopy(model)
     hooked.model.layers[0].mlp.register_forward_hook(lambda *_: None)  # a hook changes what the module computes
     assert supports(model) and not supports(hooked)
