@@ -124,7 +124,8 @@ class LLMPolicy:
             trie = TokenTrie.from_grammar(g, self.tokenizer, self.end_id)
             if trie.depth > self.max_new_tokens:
                 raise ValueError(f"a grammar has an action of {trie.depth} tokens (with end) but max_new_tokens="
-                                 f"{self.max_new_tokens}; raise max_new_tokens")
+                                 f"{self.max_new_tokens}; raise max_new_tokens (--policy.max-new-tokens): a tokenizer "
+                                 "without the scenario's entities as tokens writes longer actions")
             tries.append(trie)
         return tries
 

@@ -67,6 +67,21 @@ def _looks_like_path(spec: str) -> bool:
     )
 
 
+def model_source(spec: str) -> str:
+    """A model spec that is not a preset as what `from_pretrained` takes: an existing folder (user home
+    expanded) or a hub id. A spec that looks like a path but names no folder raises FileNotFoundError."""
+    expanded = os.path.expanduser(spec)
+    if os.path.isdir(expanded):
+        return expanded
+    if _looks_like_path(spec) or os.path.exists(expanded):
+        raise FileNotFoundError(
+            f"model spec {spec!r} looks like a local path but no such folder exists; pass a preset "
+            f"name ({', '.join(sorted(PRESETS))}), an existing folder written by save_pretrained, "
+            "or a hub id like 'org/name'"
+        )
+    return spec
+
+
 def build_model(
     spec: str,
     vocab_size: int,
@@ -110,23 +125,20 @@ def build_model(
             model = model.to(dtype)
         return model
 
-    expanded = os.path.expanduser(spec)
-    if os.path.isdir(expanded):
-        source = expanded
-    elif _looks_like_path(spec) or os.path.exists(expanded):
-        raise FileNotFoundError(
-            f"model spec {spec!r} looks like a local path but no such folder exists; pass a preset "
-            f"name ({', '.join(sorted(PRESETS))}), an existing folder written by save_pretrained, "
-            "or a hub id like 'org/name'"
-        )
-    else:
-        source = spec  # hub id
+    source = model_source(spec)
     kwargs = {}
     if experts_implementation is not None:
         kwargs["experts_implementation"] = experts_implementation
     if dtype is not None:
         kwargs["dtype"] = dtype
-    model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except ValueError as exc:
+        if "Unrecognized configuration class" not in str(exc):
+            raise
+        model_type = getattr(AutoConfig.from_pretrained(source), "model_type", "?")
+        raise ValueError(f"model {spec!r} ({model_type}) is not a causal language model: an agent must generate "
+                         "text; pass a checkpoint that AutoModelForCausalLM loads") from None
     if router_aux_loss_coef is not None and hasattr(model.config, "router_aux_loss_coef"):
         model.config.router_aux_loss_coef = router_aux_loss_coef
         if hasattr(model, "router_aux_loss_coef"):

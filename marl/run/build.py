@@ -33,7 +33,7 @@ from marl.run.sft import demonstration_episodes
 from policies.chat import ChatFormat
 from policies.llm_policy import LLMPolicy
 from policies.opponent_head import OpponentHead
-from policies.presets import build_model
+from policies.presets import PRESETS, build_model, model_source
 from policies.tokenizer import load_or_train_tokenizer
 
 EnvFactory = Callable[[], Any]
@@ -110,13 +110,19 @@ def new_policy(policy_cfg: PolicyConfig, tokenizer: Any, seed: int) -> LLMPolicy
 
 
 def saved_tokenizer(model_spec: str) -> Any | None:
-    """The tokenizer saved beside a model folder (a checkpoint), or None for a preset or a folder without one."""
-    folder = Path(model_spec).expanduser()
-    if not (folder / "tokenizer_config.json").is_file():
+    """The model's own tokenizer: the one saved in a model folder (a checkpoint, or any `save_pretrained` folder) or
+    a hub model's; None for a preset, which gets the offline tokenizer. A model folder without a tokenizer is refused:
+    a tokenizer trained here would read the model's ids as other text."""
+    if model_spec in PRESETS:
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(folder))
+    source = model_source(model_spec)
+    if Path(source).is_dir():
+        if not any((Path(source) / name).is_file() for name in ("tokenizer_config.json", "tokenizer.json")):
+            raise ValueError(f"model folder {model_spec} has no tokenizer; save the tokenizer the model was trained "
+                             "with beside it (tokenizer.save_pretrained(folder))")
+    return AutoTokenizer.from_pretrained(source)
 
 
 def build_policy(cfg: TrainConfig, make_env: EnvFactory, out_dir: Path, rng: np.random.Generator,

@@ -25,13 +25,15 @@ def test_prefix_property(tokenizer):
 
 def test_layout(tokenizer):
     chat = ChatFormat(tokenizer)
-    first = chat.first("hi")
-    assert first[:2] == [chat.bos_id, chat.user_id] and first[-2:] == [chat.end_id, chat.assistant_id]
-    nxt = chat.next("ok")
-    assert nxt[0] == chat.tool_id and nxt[-2:] == [chat.end_id, chat.assistant_id]
+    ids = tokenizer.convert_tokens_to_ids
+    assert chat.first("hi") == [ids("<|bos|>"), ids("<|user|>"), *chat.encode_text("hi"), chat.end_id, chat.assistant_id]
+    assert chat.next("ok") == [ids("<|tool|>"), *chat.encode_text("ok"), chat.end_id, chat.assistant_id]
+    assert chat.end_id == ids("<|end|>") and chat.assistant_id == ids("<|assistant|>")
+    assert chat.pieces.observation_role == "tool"
     assert chat.encode_action("yes")[-1] == chat.end_id
     assert chat.decode_action(chat.encode_action("yes")) == "yes"
     assert chat.end_id not in chat.structural_ids
+    assert set(chat.structural_ids) == {ids(t) for t in ("<|pad|>", "<|bos|>", "<|user|>", "<|assistant|>", "<|tool|>")}
 
 
 def test_id_actions_and_trailing_observation(tokenizer):
