@@ -56,3 +56,18 @@ def expert_load(layers: tuple[torch.Tensor, ...], attention_mask: torch.Tensor, 
 def load_entropy(load: torch.Tensor) -> torch.Tensor:
     """Mean over layers of the entropy of expert load (log(num_experts) when balanced)."""
     return -(load * load.clamp_min(1e-12).log()).sum(-1).mean()
+
+
+def routing_agreement(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...], token_mask: torch.Tensor,
+                      top_k: int) -> torch.Tensor:
+    """[layers]: share of non-padding tokens whose set of top-k experts is the same under routings `a` and `b`
+    (router logits of the same tokens, laid out alike)."""
+    weights = token_mask.reshape(-1).float()
+    out = []
+    for la, lb in zip(a, b, strict=True):
+        k = min(top_k, la.shape[-1])
+        same = (la.detach().topk(k, dim=-1).indices.sort(-1).values
+                == lb.detach().topk(k, dim=-1).indices.sort(-1).values).all(-1).float()
+        w = weights.to(same.device) if same.shape[0] == weights.shape[0] else torch.ones_like(same)
+        out.append((same * w).sum() / w.sum().clamp_min(1.0))
+    return torch.stack(out)

@@ -97,7 +97,7 @@ def score_spans(
     scores = SequenceScores(logprobs=logprobs, mask=mask, entropy=entropy, log_dist=logp_all, slots=slot_t,
                             prompt_hidden=fwd.hidden)
     if fwd.router_layers:
-        scores.router_logits = fwd.router_layers
+        scores.router_logits, scores.router_token_mask = fwd.router_layers, fwd.token_mask
         scores.aux_loss = fwd.model_aux if fwd.model_aux is not None else aux_loss(
             model, None, fwd.router_layers, fwd.token_mask)
         scores.expert_load = expert_load(fwd.router_layers, fwd.token_mask, expert_counts(model)[1])

@@ -59,7 +59,7 @@ from marl.engine.sequences import (
     padded,
 )
 from policies.opponent_head import opponent_loss
-from policies.router_stats import load_entropy
+from policies.router_stats import expert_counts, load_entropy, routing_agreement
 
 
 @dataclass
@@ -247,7 +247,8 @@ class Learner:
         scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0,
                                            with_prompt_hidden=totals["opponent"] > 0, hint_lengths=hint_lengths(pieces))
         with torch.no_grad():
-            ref = self.reference.span_logprobs(sequences, spans, allowed)
+            ref = self.reference.span_logprobs(sequences, spans, allowed,
+                                               with_router_logits=scores.router_logits is not None)
         width, device = scores.logprobs.shape[1], scores.logprobs.device
         include = torch.tensor([bool(adv.include[i]) for i in turn_ids], dtype=torch.bool, device=device)
         anchored = torch.tensor([bool(anchor[i]) for i in turn_ids], dtype=torch.bool, device=device)
@@ -279,6 +280,12 @@ class Learner:
             ce, correct, _ = opponent_loss(self.head(scores.prompt_hidden), label_tensor(turns, self.head.slots, device))
             terms["opponent"], weights["opponent"] = ce / totals["opponent"], self.opponent_weight
             figures["opponent/accuracy"] = float(correct) / totals["opponent"]
+        if scores.router_logits is not None and ref.router_logits is not None:
+            # the same tokens routed by the policy and by its anchor: how far RL has moved the expert choice
+            agree = routing_agreement(scores.router_logits, ref.router_logits, scores.router_token_mask,
+                                      expert_counts(self.policy.model)[1]) * share
+            figures["moe/routing_agreement"] = float(agree.mean())
+            figures.update({f"moe/routing_agreement/layer_{i}": float(v) for i, v in enumerate(agree.tolist())})
         load = None if scores.expert_load is None else scores.expert_load * share
         return terms, weights, figures, load
 

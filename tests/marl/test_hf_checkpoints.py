@@ -35,6 +35,7 @@ def test_a_users_checkpoint_trains_and_loads_back(checkpoint, tmp_path):
     # the MoE figures of either family: load balancing and the share of tokens per expert in every layer
     assert metrics["moe/aux_loss"] > 0
     assert {f"moe/expert_load/layer_{i}/expert_{j}" for i in range(2) for j in range(4)} <= set(metrics)
+    assert 0.0 < metrics["moe/routing_agreement"] <= 1.0 and "moe/routing_agreement/layer_1" in metrics
     policy, chat, _ = load_policy(result.checkpoint, device="cpu")
     assert policy.model.config.model_type == family
     assert chat.end_id == policy.tokenizer.convert_tokens_to_ids(policy.tokenizer.eos_token)
