@@ -23,8 +23,9 @@ before the action is written (`Generation.hints`). Left out: value heads, beam s
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -52,6 +53,19 @@ if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
 
 __all__ = ["Generation", "LLMPolicy", "SequenceScores"]  # the records are re-exported for callers
+
+
+def _own_weights(method: Callable) -> Callable:
+    """Run `method` with the policy's own weights on: for a LoRA adapter of a shared base (`policies.adapters`),
+    that adapter (or none, for the base itself); a model of its own needs nothing."""
+    @functools.wraps(method)
+    def wrapper(self: LLMPolicy, *args: Any, **kwargs: Any) -> Any:
+        activate = getattr(self.model, "activate", None)
+        if activate is None:
+            return method(self, *args, **kwargs)
+        with activate():
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 class LLMPolicy:
@@ -142,6 +156,7 @@ class LLMPolicy:
 
     # -- rollout -------------------------------------------------------------------------
     @torch.inference_mode()
+    @_own_weights
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
@@ -353,6 +368,7 @@ class LLMPolicy:
         span_allowed = [[None if allowed is None else allowed[i]] for i in range(n)]
         return self.span_logprobs(sequences, spans, span_allowed, with_router_logits)
 
+    @_own_weights
     def span_logprobs(
         self,
         sequences: Sequence[Sequence[int]],

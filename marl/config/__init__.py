@@ -4,6 +4,7 @@
 - `checks`: `ConfigError` and the checks every section uses.
 - `sections`: policy, warm start, RL, critic, opponent model, opponent pool, comms, resume points, tracking.
 - `guards`: alerts on a run going wrong, and the faults it tolerates.
+- `lora`: LoRA adapters per policy on one frozen base.
 - `curriculum`: curriculum stages and the rules that move a run between them.
 - `train`: `TrainConfig`, and the checks that span sections.
 - `commands`: the configs of `marl eval` and `marl compare`.
@@ -16,6 +17,7 @@ from marl.config.checks import ConfigError
 from marl.config.commands import CompareConfig, EvalConfig
 from marl.config.curriculum import CurriculumConfig
 from marl.config.guards import GuardsConfig
+from marl.config.lora import LoraConfig
 from marl.config.sections import (
     CheckpointConfig,
     CommsConfig,
@@ -29,6 +31,6 @@ from marl.config.sections import (
 )
 from marl.config.train import TrainConfig
 
-__all__ = ["CheckpointConfig", "CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "CurriculumConfig", "EvalConfig", "GuardsConfig",
+__all__ = ["CheckpointConfig", "CommsConfig", "CompareConfig", "ConfigError", "CriticConfig", "CurriculumConfig", "EvalConfig", "GuardsConfig", "LoraConfig",
            "OpponentModelConfig",
            "OpponentPoolConfig", "PolicyConfig", "RLConfig", "TrackingConfig", "TrainConfig", "WarmStartConfig"]

@@ -21,6 +21,7 @@ from marl.config.checks import ConfigError, SelfChecking, one_of, positive, requ
 from marl.config.choices import ALGORITHM_NEEDS, Algo, PolicyMapping, options
 from marl.config.curriculum import CurriculumConfig
 from marl.config.guards import GuardsConfig
+from marl.config.lora import LoraConfig
 from marl.config.sections import (
     CheckpointConfig,
     CommsConfig,
@@ -79,6 +80,8 @@ class TrainConfig(SelfChecking):
     """Supervised fine-tuning on scripted-expert demonstrations before RL."""
     rl: RLConfig = field(default_factory=RLConfig)
     """On-policy RL: PPO-clip on the agent's own tokens; the advantages come from `algo`."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters per policy for RL on one frozen base (off by default: RL trains every weight)."""
     critic: CriticConfig = field(default_factory=CriticConfig)
     """The value model of critic-based algorithms (`mappo`, `ippo`); unused by `grpo`."""
     opponent: OpponentModelConfig = field(default_factory=OpponentModelConfig)
@@ -114,7 +117,7 @@ class TrainConfig(SelfChecking):
 
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""
-        for section in (self.policy, self.sft, self.rl, self.critic, self.opponent, self.pool, self.comms,
+        for section in (self.policy, self.sft, self.rl, self.lora, self.critic, self.opponent, self.pool, self.comms,
                         self.curriculum, self.checkpoint, self.guards, self.tracking):
             section.validate()
         self._check_scenario()

@@ -11,6 +11,7 @@ built (`marl.engine`).
 from __future__ import annotations
 
 import copy
+import os
 import random
 from collections.abc import Callable
 from functools import partial
@@ -28,8 +29,9 @@ from marl.engine.critic import Critic, build_critic_model
 from marl.engine.opponent import build_head
 from marl.engine.policy_map import PolicyMap, policy_id, policy_ids, single
 from marl.engine.rollout import RolloutWorker
-from marl.run.checkpoint import CheckpointMeta, read_meta
+from marl.run.checkpoint import ADAPTERS_DIR, CheckpointMeta, read_meta
 from marl.run.sft import demonstration_episodes
+from policies.adapters import BaseView, SharedBase, is_adapter, load_adapters
 from policies.chat import ChatFormat
 from policies.llm_policy import LLMPolicy
 from policies.opponent_head import OpponentHead
@@ -103,10 +105,23 @@ def new_policy(policy_cfg: PolicyConfig, tokenizer: Any, seed: int) -> LLMPolicy
     # One load-balancing weight for SFT (the model's own forward with labels reads it) and RL (the learner).
     model = build_model(policy_cfg.model, vocab_size=len(tokenizer), seed=seed,
                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id, router_aux_loss_coef=policy_cfg.router_aux_loss_coef)
+                        eos_token_id=tokenizer.eos_token_id, router_aux_loss_coef=policy_cfg.router_aux_loss_coef,
+                        dtype=torch.bfloat16 if policy_cfg.dtype == "bfloat16" else None)
+    model = merged_adapter(model, policy_cfg.model)
     model.to(resolve_device(policy_cfg.device))
     return LLMPolicy(model, tokenizer, constrained=policy_cfg.constrained, temperature=policy_cfg.temperature,
                      max_new_tokens=policy_cfg.max_new_tokens, lean=policy_cfg.lean_decoding)
+
+
+def merged_adapter(model: Any, model_spec: str) -> Any:
+    """A warm start from a checkpoint whose policies are LoRA adapters: its first policy's adapter merged into
+    the base (the policy as it played); any other model as it is."""
+    folder = Path(model_spec).expanduser()
+    if not (folder / ADAPTERS_DIR).is_dir():
+        return model
+    first = read_meta(folder).adapters[0]
+    views = load_adapters(model, {first: folder / ADAPTERS_DIR / first})
+    return views[first].shared.peft.merge_and_unload()
 
 
 def saved_tokenizer(model_spec: str) -> Any | None:
@@ -155,16 +170,24 @@ def clone_policy(policy: LLMPolicy) -> LLMPolicy:
 
 
 def frozen_reference(policy: LLMPolicy) -> LLMPolicy:
-    """A frozen copy of `policy` (the KL anchor)."""
-    reference_model = copy.deepcopy(policy.model).eval()
-    for p in reference_model.parameters():
+    """The KL anchor: a frozen copy of `policy`, or for a LoRA adapter its base with every adapter off (the
+    base is the model as supervised fine-tuning left it, and no second copy is held)."""
+    if is_adapter(policy.model):
+        return same_policy(policy, BaseView(policy.model.shared))
+    return frozen_copy(policy)
+
+
+def frozen_copy(policy: LLMPolicy) -> LLMPolicy:
+    """`policy`'s weights copied (a LoRA adapter: a new adapter on the same base) and frozen."""
+    model = copy.deepcopy(policy.model).eval()
+    for p in model.parameters():
         p.requires_grad_(False)
-    return same_policy(policy, reference_model)
+    return same_policy(policy, model)
 
 
 def frozen_snapshot(policy: LLMPolicy) -> LLMPolicy:
     """A frozen copy of `policy` that acts as it does now, its opponent head included (an opponent pool's entry)."""
-    snapshot = frozen_reference(policy)
+    snapshot = frozen_copy(policy)
     if policy.opponent_head is not None:
         snapshot.opponent_head = copy.deepcopy(policy.opponent_head).eval().requires_grad_(False)
     return snapshot
@@ -190,6 +213,38 @@ def attach_opponent_head(cfg: TrainConfig, policy: LLMPolicy, make_env: EnvFacto
     head = OpponentHead.load(cfg.policy.model, policy.device) if Path(cfg.policy.model).is_dir() else None
     policy.opponent_head = head if head is not None else build_head(policy.model, make_env(), seed=cfg.seed)
     policy.opponent_head.feeds_prompt = cfg.opponent.mode == "aux+input"  # the config decides, not the checkpoint
+
+
+def attach_lora(cfg: TrainConfig, policy: LLMPolicy) -> None:
+    """Freeze `policy`'s model as the shared base of LoRA adapters (`cfg.lora`) and make the policy its first
+    adapter; further policies of a mapping copy it (`clone_policy`) onto the same base. On a GPU with bfloat16,
+    `policy.dtype: auto` stores the frozen base in bfloat16 (the adapters stay float32)."""
+    model = policy.model
+    if cfg.policy.dtype == "auto" and model.device.type == "cuda" and torch.cuda.is_bf16_supported():
+        model.to(torch.bfloat16)
+    lora = cfg.lora
+    shared = SharedBase(model, lora.rank, lora.alpha, lora.dropout, lora.targets)
+    policy.model = shared.view(shared.names[0])
+
+
+LORA_BASE_FILE = "lora-base.safetensors"
+"""The frozen base of a LoRA run, in its run folder (resume points hold only the adapters)."""
+
+
+def keep_lora_base(model: Any, run_dir: Path, resumed: bool) -> None:
+    """A LoRA run's base is the model as supervised fine-tuning left it: written once into the run folder when
+    RL starts (atomically), and read back into `model` by a resumed run, which skips fine-tuning."""
+    from safetensors.torch import load_model, save_model
+
+    path = run_dir / LORA_BASE_FILE
+    if resumed:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: a LoRA run resumes on the base its fine-tuning wrote there")
+        load_model(model, str(path))
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    save_model(model, str(tmp))
+    os.replace(tmp, path)
 
 
 def build_critic(cfg: TrainConfig, policy: LLMPolicy, chat: ChatFormat, seed: int) -> Critic | None:
@@ -218,18 +273,24 @@ def load_policy(checkpoint: str | Path, device: str = "auto") -> tuple[Any, Chat
     meta = read_meta(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
 
-    def load(folder: Path) -> LLMPolicy:
-        model = build_model(str(folder), vocab_size=len(tokenizer)).to(resolve_device(device)).eval()
+    adapters: dict[str, Any] = {}
+    if meta.adapters:  # one frozen base at the top, the policies as its LoRA adapters
+        base = build_model(str(checkpoint), vocab_size=len(tokenizer)).to(resolve_device(device))
+        adapters = load_adapters(base, {pid: Path(checkpoint) / ADAPTERS_DIR / pid for pid in meta.adapters})
+
+    def load(folder: Path, pid: str) -> LLMPolicy:
+        model = adapters[pid] if pid in adapters else build_model(str(folder), vocab_size=len(tokenizer))
+        model = model.to(resolve_device(device)).eval()
         policy = LLMPolicy(model, tokenizer, constrained=meta.constrained, temperature=meta.temperature,
                            max_new_tokens=meta.max_new_tokens)
-        head = OpponentHead.load(folder, model.device)
+        head = OpponentHead.load(folder, policy.device)
         policy.opponent_head = head.eval() if head is not None else None
         return policy
 
-    policy: Any = load(Path(checkpoint))
+    policy: Any = load(Path(checkpoint), meta.policies[0])
     if len(meta.policies) > 1:
         kind = scenarios.info(meta.scenario).kind
         models = {meta.policies[0]: policy,
-                  **{pid: load(Path(checkpoint) / "policies" / pid) for pid in meta.policies[1:]}}
+                  **{pid: load(Path(checkpoint) / "policies" / pid, pid) for pid in meta.policies[1:]}}
         policy = PolicyMap(models, partial(policy_id, meta.policy_mapping, kind=kind))
     return policy, ChatFormat(tokenizer), meta

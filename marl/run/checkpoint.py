@@ -95,6 +95,9 @@ class CheckpointMeta:
     """The run's `comms` config section (topology `none`: no sharing)."""
     versions: dict[str, str] = field(default_factory=dict)
     """Versions of the packages that wrote the checkpoint."""
+    adapters: tuple[str, ...] = ()
+    """Policy ids held as LoRA adapters (peft's format, under `adapters/<id>/`) on the frozen base at the top of
+    the folder; empty when every policy is a whole model."""
 
     def to_json(self) -> str:
         return json.dumps({"format_version": FORMAT_VERSION, **dataclasses.asdict(self)}, indent=2, default=str)
@@ -122,6 +125,7 @@ class CheckpointMeta:
         try:
             data["tokenizer"] = TokenizerInfo(**data["tokenizer"])
             data["policies"] = tuple(data["policies"])
+            data["adapters"] = tuple(data.get("adapters", ()))
             return cls(**data)
         except (TypeError, ValueError) as err:
             raise CheckpointError(f"{where}: metadata does not read as a checkpoint record ({err})") from None
@@ -144,23 +148,30 @@ def _from_format_1(old: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+ADAPTERS_DIR = "adapters"
+"""Where a checkpoint keeps its LoRA adapters, one folder per policy id."""
+
+
 def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: CheckpointMeta,
                     extra_models: dict[str, Any] | None = None, critics: dict[str, Any] | None = None,
                     heads: dict[str, Any] | None = None, pool: Any = None,
-                    curriculum: dict[str, Any] | None = None) -> Path:
+                    curriculum: dict[str, Any] | None = None, adapters: dict[str, Any] | None = None) -> Path:
     """Write model + tokenizer + metadata atomically to `path` and return it.
 
     `model` lies at the top of the folder (the shared policy, or the first of several). Further
     policies of a policy mapping go to `policies/<id>/` (listed in the metadata under
     `policies`), critics to `critics/<id>/`, opponent heads beside their policy's weights (`heads`:
     policy id, or "" for the top model, to a head), an opponent pool (its `save(folder)`) to `pool/`,
-    a curriculum's state (stage, window, history) to `curriculum.json`; all or nothing is written.
+    a curriculum's state (stage, window, history) to `curriculum.json`, LoRA adapters (policy id to a view
+    whose `save_pretrained` writes peft's format) to `adapters/<id>/` (then `model` is their frozen base);
+    all or nothing is written.
     """
     path = Path(path)
     extra_models = extra_models or {}
     labelled = {"policy": model, **{f"policy {pid}": m for pid, m in extra_models.items()},
                 **{f"critic {pid}": m for pid, m in (critics or {}).items()},
-                **{f"opponent head {pid or 'policy'}": h for pid, h in (heads or {}).items()}}
+                **{f"opponent head {pid or 'policy'}": h for pid, h in (heads or {}).items()},
+                **{f"adapter {pid}": a for pid, a in (adapters or {}).items()}}
     for label, m in labelled.items():
         for name, tensor in m.state_dict().items():
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
@@ -174,6 +185,8 @@ def save_checkpoint(path: str | Path, model: Any, tokenizer: Any, meta: Checkpoi
     tokenizer.save_pretrained(tmp)
     for pid, m in extra_models.items():
         m.save_pretrained(tmp / "policies" / pid, safe_serialization=True)
+    for pid, adapter in (adapters or {}).items():
+        adapter.save_pretrained(tmp / ADAPTERS_DIR / pid)
     for pid, critic in (critics or {}).items():
         critic.save(tmp / "critics" / pid)
     for pid, head in (heads or {}).items():

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import scenarios
-from marl.config import TrainConfig
+from marl.config import RLConfig, TrainConfig
 from marl.engine.advantages import RunningBaseline
 from marl.engine.learner import Learner
 from marl.engine.learner_state import learner_state, restore_learner
@@ -55,12 +55,19 @@ def _identity(agent: str) -> str:
     return agent
 
 
+def rl_settings(cfg: TrainConfig) -> RLConfig:
+    """The RL section a learner steps with: LoRA adapters take `lora.learning_rate` when it is set."""
+    if cfg.lora.rank > 0 and cfg.lora.learning_rate > 0:
+        return dataclasses.replace(cfg.rl, learning_rate=cfg.lora.learning_rate)
+    return cfg.rl
+
+
 def build_learners(cfg: TrainConfig, policies: PolicyMap, chat: Any, demos: Any, make_env: Any) -> dict[str, Learner]:
     """One learner per policy, each with its own optimizer, reference, KL controller, critic and demonstrations."""
     probe = make_env()
     probe.reset(seed=0)
     owner = {agent: policies.policy_of(probe, agent) for agent in probe.possible_agents}
-    return {pid: Learner(policy, frozen_reference(policy), cfg.rl, cfg.policy.router_aux_loss_coef,
+    return {pid: Learner(policy, frozen_reference(policy), rl_settings(cfg), cfg.policy.router_aux_loss_coef,
                          seed=cfg.seed + k, critic=build_critic(cfg, policy, chat, seed=cfg.seed + k),
                          demonstrations=demos_for(demos, owner, pid))
             for k, (pid, policy) in enumerate(policies.policies.items())}
@@ -72,7 +79,8 @@ def newcomer_learner(cfg: TrainConfig, policy: Any, source: Learner, chat: Any, 
     critic = build_critic(cfg, policy, chat, seed=seed)
     if critic is not None:
         critic.model.load_state_dict(source.critic.model.state_dict())
-    return Learner(policy, source.reference, cfg.rl, cfg.policy.router_aux_loss_coef, seed=seed, critic=critic)
+    return Learner(policy, source.reference, rl_settings(cfg), cfg.policy.router_aux_loss_coef, seed=seed,
+                   critic=critic)
 
 
 def trainer_state(learners: dict[str, Learner], baselines: dict[str, RunningBaseline], rng: np.random.Generator,

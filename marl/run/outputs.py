@@ -32,6 +32,8 @@ from marl.run.evaluate import evaluate, transcript_text
 from marl.run.pictures import draw_curves, draw_expert_load, episode_viewer
 from marl.run.pool import PoolRun
 from marl.run.tracking import Tracker
+from policies.adapters import BaseView, is_adapter
+from policies.tokenizer import TOOL
 
 
 def checkpoint_meta(cfg: TrainConfig, tokenizer: Any, policies: tuple[str, ...], run_id: str,
@@ -41,7 +43,8 @@ def checkpoint_meta(cfg: TrainConfig, tokenizer: Any, policies: tuple[str, ...],
     entities = len(scenarios.make(cfg.scenario, n_agents=cfg.agents, **cfg.scenario_options).entity_vocabulary())
     return CheckpointMeta(
         scenario=cfg.scenario, agents=agents or cfg.agents, model=cfg.policy.model,
-        tokenizer=TokenizerInfo("offline-bpe", len(tokenizer), merges_budget=cfg.policy.vocab_size, entities=entities),
+        tokenizer=(TokenizerInfo("offline-bpe", len(tokenizer), merges_budget=cfg.policy.vocab_size, entities=entities)
+                   if TOOL in tokenizer.get_vocab() else TokenizerInfo("pretrained", len(tokenizer))),
         policy_mapping=cfg.policy_mapping, policies=policies, algo=cfg.algo,
         critic_view=cfg.critic.state_view if algorithms.get(cfg.algo).critic is not None else None,
         constrained=cfg.policy.constrained, temperature=cfg.policy.temperature,
@@ -58,7 +61,14 @@ def write_checkpoint(path: Path, cfg: TrainConfig, tokenizer: Any, policies: Pol
                            agents=curriculum.furthest().agents if curriculum is not None else None)
     heads = {"" if k == 0 else pid: policies[pid].opponent_head for k, pid in enumerate(ids)
              if policies[pid].opponent_head is not None}
-    return save_checkpoint(path, policies[ids[0]].model, tokenizer, meta,
+    first = policies[ids[0]].model
+    if is_adapter(first):  # one frozen base at the top, each policy's adapter under adapters/<id>/
+        meta = dataclasses.replace(meta, adapters=tuple(ids))
+        return save_checkpoint(path, BaseView(first.shared), tokenizer, meta, critics=critics, heads=heads,
+                               adapters={pid: policies[pid].model for pid in ids},
+                               pool=pool.pool if pool is not None else None,
+                               curriculum=curriculum.state_dict() if curriculum is not None else None)
+    return save_checkpoint(path, first, tokenizer, meta,
                            extra_models={pid: policies[pid].model for pid in ids[1:]}, critics=critics, heads=heads,
                            pool=pool.pool if pool is not None else None,
                            curriculum=curriculum.state_dict() if curriculum is not None else None)

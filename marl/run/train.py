@@ -28,10 +28,12 @@ from marl.engine.summary import summarize
 from marl.run import outputs
 from marl.run.alerts import Alerts, announce
 from marl.run.build import (
+    attach_lora,
     attach_opponent_head,
     build_policy,
     build_policy_map,
     clone_policy,
+    keep_lora_base,
     seed_everything,
     train_env_factory,
     train_seeds,
@@ -138,6 +140,11 @@ def train(cfg: TrainConfig) -> TrainResult:
             demos = warm_start(cfg, tr, worker, chat, policy, tokenizer, rng, console)
         if point is None:  # from here on, a run without resume points cannot start over in the same MLflow run
             write_run_start(out_root / tr.run_id, tr.run_id, cfg, past_sft=True)
+        if cfg.lora.rank > 0:  # the model as SFT left it becomes the frozen base; RL trains adapters on it
+            keep_lora_base(policy.model, out_root / tr.run_id, resumed=point is not None)
+            attach_lora(cfg, policy)
+            if point is None:
+                tr.log_params({"lora.trainable_parameters": str(count_parameters(policy.model))})
         # Every policy of a mapping starts from the same warm start, then each learns on its own agents.
         policies = build_policy_map(cfg.policy_mapping, cfg.scenario, policy, make_env)
         if point is not None:  # a curriculum's newcomers get their places back (their weights come with the learners)
