@@ -9,8 +9,9 @@ part by part instead (`policies.grammar_automaton`): a DFA whose nodes are share
 Allowed ids per node are precomputed once (lists, tensors and a boolean vocabulary table), which
 is cheaper than a per-token Python callback. Compiled automata are kept in an LRU cache keyed by
 the grammar (a frozen, hashable dataclass), the tokenizer, `end_id` and `expand_limit`.
-Left out: regex or recursive grammars, and large grammars whose tokenizer merges across the
-boundaries of their parts (compiling those raises; they need a character-level automaton).
+A large grammar whose tokenizer merges across the boundaries of its parts (a user's BPE) is compiled
+through its characters instead (`policies.char_automaton`: every tokenization of an action is a path).
+Left out: regex or recursive grammars.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from policies.grammar_automaton import Automaton, compile_dfa
+from policies.char_automaton import compile_char_dfa
+from policies.grammar_automaton import Automaton, BoundaryMergeError, compile_dfa
 
 if TYPE_CHECKING:  # the grammar type is plain data from scenarios; only expand() and its templates are used
     from scenarios.grammar import ActionGrammar
@@ -113,7 +115,10 @@ class TokenTrie:
         try:
             actions = grammar.expand(limit=expand_limit)
         except ValueError:  # more than expand_limit actions: the part-wise DFA is far smaller
-            return cls.from_automaton(compile_dfa(grammar, tokenizer, end_id), end_id)
+            try:
+                return cls.from_automaton(compile_dfa(grammar, tokenizer, end_id), end_id)
+            except BoundaryMergeError:  # a tokenizer that merges across parts: through the characters
+                return cls.from_automaton(compile_char_dfa(grammar, tokenizer, end_id), end_id)
         if not actions:
             return cls([], end_id)
         encoded = tokenizer(list(actions), add_special_tokens=False)["input_ids"]

@@ -167,19 +167,34 @@ def _sample_combos(sizes: Sequence[int], k: int) -> list[tuple[int, ...]]:
     return list(combos)[:k]
 
 
+class BoundaryMergeError(ValueError):
+    """The tokenizer merges across a part boundary of the grammar: compile through characters instead."""
+
+
+def _sampled_parts(templates: list[list[tuple[str, ...]]]) -> list[tuple[int, list[str]]]:
+    return [(t, [values[i] for values, i in zip(templates[t], combo, strict=True)])
+            for t in range(len(templates))
+            for combo in _sample_combos([len(v) for v in templates[t]], SAMPLES_PER_TEMPLATE)]
+
+
+def sampled_actions(grammar: ActionGrammar) -> list[str]:
+    """A deterministic sample of the grammar's actions: every action of a small template, else each slot's
+    first and last value and seeded random ones (what compilers check their automaton on)."""
+    templates = [[_values(p) for p in t] for t in grammar.templates]
+    return ["".join(vals) for _, vals in _sampled_parts(templates)]
+
+
 def _check_boundaries(grammar: ActionGrammar, templates: list[list[tuple[str, ...]]],
                       ids: dict[str, list[int]], tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
     """Tokenize sampled whole actions; raise unless each equals the concatenation of its parts' ids.
 
     Returns the canonical ids of the samples (the caller checks that the automaton accepts them).
     """
-    chosen = [(t, [values[i] for values, i in zip(templates[t], combo, strict=True)])
-              for t in range(len(templates))
-              for combo in _sample_combos([len(v) for v in templates[t]], SAMPLES_PER_TEMPLATE)]
+    chosen = _sampled_parts(templates)
     canonical = tokenizer(["".join(vals) for _, vals in chosen], add_special_tokens=False)["input_ids"]
     for (t, vals), whole in zip(chosen, canonical, strict=True):
         if whole != [tok for v in vals for tok in ids[v]]:
-            raise ValueError(_merge_message(grammar.templates[t], t, vals, whole, ids))
+            raise BoundaryMergeError(_merge_message(grammar.templates[t], t, vals, whole, ids))
     return [list(whole) for whole in canonical]
 
 

@@ -10,6 +10,7 @@ from policy_helpers import ActionGrammar, Slot, grammars
 import scenarios
 from policies.chat import ChatFormat
 from policies.constrained import EXPAND_LIMIT, TokenTrie
+from policies.grammar_automaton import BoundaryMergeError, compile_dfa
 from policies.llm_policy import LLMPolicy
 from policies.presets import build_model
 from policies.tokenizer import load_or_train_tokenizer
@@ -150,19 +151,26 @@ def test_cache_keeps_each_path(btok):
     assert _size(small) <= EXPAND_LIMIT
 
 
-def test_boundary_merge_is_refused(tokenizer):
+def test_boundary_merge_is_named_and_compiled_through_characters(tokenizer):
     end = ChatFormat(tokenizer).end_id
     encode = tokenizer.encode
     assert encode("Result", add_special_tokens=False) != encode("Res", add_special_tokens=False) + \
         encode("ult", add_special_tokens=False)  # premise: BPE merges across this split
     small = ActionGrammar((("Res", Slot("rest", ("ult", "ults"))),))
-    with pytest.raises(ValueError, match="boundary between literal 'Res' and slot 'rest'.*no-constrained"):
-        TokenTrie.from_grammar(small, tokenizer, end, expand_limit=0)
-    assert TokenTrie.from_grammar(small, tokenizer, end).accepts(ChatFormat(tokenizer).encode_action("Results"))
+    with pytest.raises(BoundaryMergeError, match="boundary between literal 'Res' and slot 'rest'"):
+        compile_dfa(small, tokenizer, end)
+    results = ChatFormat(tokenizer).encode_action("Results")
+    assert TokenTrie.from_grammar(small, tokenizer, end).accepts(results)
+    assert TokenTrie.from_grammar(small, tokenizer, end, expand_limit=0).accepts(results)  # via characters
     # Too large to expand, and only the slot's last value merges: the sample includes it.
     values = tuple(f"x{i}" for i in range(2 * EXPAND_LIMIT)) + ("ult",)
-    with pytest.raises(ValueError, match="template 1 .*'Res' and slot 'v' \\(value 'ult'\\)"):
-        TokenTrie.from_grammar(ActionGrammar((("ok",), ("Res", Slot("v", values)))), tokenizer, end)
+    large = ActionGrammar((("ok",), ("Res", Slot("v", values))))
+    with pytest.raises(BoundaryMergeError, match="template 1 .*'Res' and slot 'v' \\(value 'ult'\\)"):
+        compile_dfa(large, tokenizer, end)
+    trie = TokenTrie.from_grammar(large, tokenizer, end)
+    assert trie.accepts(ChatFormat(tokenizer).encode_action("Result"))
+    assert trie.accepts(ChatFormat(tokenizer).encode_action("Resx7"))
+    assert not trie.accepts(ChatFormat(tokenizer).encode_action("Resx"))
 
 
 @pytest.fixture(scope="module")
