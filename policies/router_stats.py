@@ -17,7 +17,8 @@ from transformers import PreTrainedModel
 def expert_counts(model: PreTrainedModel) -> tuple[int | None, int]:
     """(number of experts or None for a dense model, experts per token)."""
     cfg = model.config
-    n = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    n = (getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+         or getattr(cfg, "n_routed_experts", None))  # Qwen-MoE and OLMoE / Mixtral, PhiMoE, Granite / DeepSeek
     return n, int(getattr(cfg, "num_experts_per_tok", 1) or 1)
 
 

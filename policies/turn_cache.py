@@ -108,9 +108,10 @@ def compact(cache: Any, mask: torch.Tensor) -> torch.Tensor:
     for layer in layers:
         if layer.keys is None or layer.keys.numel() == 0:
             continue
-        index = src.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-        layer.keys = layer.keys.gather(2, index)
-        layer.values = layer.values.gather(2, index)
+        rows = src.to(layer.keys.device)[:, None, :, None]
+        # keys and values may differ in width (multi-head latent attention: DeepSeek)
+        layer.keys = layer.keys.gather(2, rows.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
+        layer.values = layer.values.gather(2, rows.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
     return keep.to(mask.dtype)
 
 

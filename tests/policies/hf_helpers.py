@@ -2,8 +2,9 @@
 library (its own special tokens and chat template, no scenario entities) and a small random-init MoE saved
 with `save_pretrained` beside it.
 
-Two families: `qwen3_moe` with a ChatML template whose tool results go inside a user turn (and consecutive
-results share one), and `mixtral` with an [INST] template that only knows alternating user/assistant turns.
+Families: `qwen3_moe` (also `qwen2_moe`, `olmoe`, `deepseek_v3`) with a ChatML template whose tool results go
+inside a user turn (and consecutive results share one), and `mixtral` with an [INST] template that only knows
+alternating user/assistant turns.
 The templates are written here in the style of those families, not copied from them.
 """
 
@@ -41,6 +42,22 @@ FAMILIES = {
         config=dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=64, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
                     norm_topk_prob=True, tie_word_embeddings=True)),
+    "olmoe": dict(
+        tokens=dict(eos_token="<|im_end|>", pad_token="<|endoftext|>"), extra=["<|im_start|>"], template=CHATML,
+        config=dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, tie_word_embeddings=False)),
+    "qwen2_moe": dict(
+        tokens=dict(eos_token="<|im_end|>", pad_token="<|endoftext|>"), extra=["<|im_start|>"], template=CHATML,
+        config=dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
+                    shared_expert_intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, tie_word_embeddings=True)),
+    "deepseek_v3": dict(
+        tokens=dict(eos_token="<|im_end|>", pad_token="<|endoftext|>"), extra=["<|im_start|>"], template=CHATML,
+        config=dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
+                    num_experts_per_tok=2, first_k_dense_replace=0, kv_lora_rank=16, q_lora_rank=32,
+                    qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, head_dim=8, n_group=1, topk_group=1,
+                    tie_word_embeddings=False)),
     "mixtral": dict(
         tokens=dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>"), extra=[], template=INST,
         config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
