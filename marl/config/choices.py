@@ -31,6 +31,8 @@ OpponentModel = Literal["off", "aux", "aux+input"]
 `aux+input`: that head, whose prediction is also shown to the agent before it acts."""
 PoolSampling = Literal["off", "uniform", "pfsp"]
 """No opponent pool, or one whose entries are drawn uniformly or by prioritized fictitious self-play."""
+Dtype = Literal["auto", "float32", "bfloat16"]
+"""Weights' dtype; `auto`: bfloat16 for a frozen LoRA base on a GPU that supports it, else float32."""
 EvalPolicy = Literal["checkpoint", "expert", "random", "untrained"]
 """What `marl eval` plays: a checkpoint, or a baseline."""
 

@@ -25,6 +25,7 @@ from marl.config.checks import (
 from marl.config.choices import (
     Baseline,
     CommsMode,
+    Dtype,
     NormalizeBy,
     OpponentModel,
     PoolSampling,
@@ -61,7 +62,7 @@ class PolicyConfig(SelfChecking):
     """Decode through the lean Qwen3-MoE forward (the model's logits to float tolerance, less per-step overhead); off, or another model family, runs the model's own forward each step."""
     device: str = "auto"
     """Torch device of the policy: `auto` (cuda when available, else cpu), `cpu`, `cuda`, `cuda:1`, ..."""
-    dtype: str = "auto"
+    dtype: Dtype = "auto"
     """Weights' dtype: `auto` (bfloat16 for a frozen LoRA base on a GPU that supports it, else float32), `float32`, `bfloat16`."""
 
     def validate(self) -> PolicyConfig:
@@ -71,7 +72,7 @@ class PolicyConfig(SelfChecking):
         positive("policy.max_new_tokens", self.max_new_tokens)
         positive("policy.temperature", self.temperature)
         require(self.router_aux_loss_coef >= 0, "policy.router_aux_loss_coef must be >= 0")
-        one_of("policy.dtype", self.dtype, ("auto", "float32", "bfloat16"))
+        one_of("policy.dtype", self.dtype, options(Dtype))
         require(self.device == "auto" or self.device.startswith(("cpu", "cuda", "mps")),
                 f"policy.device={self.device!r}: use auto, cpu, cuda, cuda:N or mps")
         return self
