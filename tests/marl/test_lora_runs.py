@@ -4,6 +4,7 @@ learns, the checkpoint holds the base and peft adapters, evaluation reads it, an
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shutil
 import sys
@@ -79,6 +80,18 @@ def test_a_lora_run_resumed_from_a_middle_point_ends_bit_identical(tmp_path, use
     resumed = train(dataclasses.replace(cfg_at(tmp_path / "other"), resume=str(found[2])))
     assert resumed.run_id == whole.run_id
     assert_identical(expected, resumed.checkpoint)
+
+
+def test_a_bfloat16_base_carries_float32_adapters(tmp_path, user_model):
+    cfg = lora_cfg(tmp_path, user_model)
+    cfg.policy.dtype, cfg.iterations = "bfloat16", 2
+    result = train(cfg)
+    base = load_file(result.checkpoint / "model.safetensors")
+    assert {t.dtype for t in base.values()} == {torch.bfloat16}
+    adapter = load_file(result.checkpoint / "adapters" / "agent_0" / "adapter_model.safetensors")
+    assert {t.dtype for t in adapter.values()} == {torch.float32}  # updates accumulate in full precision
+    run = mlflow.MlflowClient(result.tracking_uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED" and math.isfinite(run.data.metrics["train/kl"])
 
 
 def test_lora_settings_are_checked():
