@@ -21,7 +21,7 @@ from hf_helpers import bpe_tokenizer, save_checkpoint  # noqa: E402
 
 from marl.config import ConfigError  # noqa: E402
 from marl.engine.policy_map import PolicyMap  # noqa: E402
-from marl.run.build import LORA_BASE_FILE, load_policy  # noqa: E402
+from marl.run.build import LORA_BASE_FILE, load_policy, new_policy  # noqa: E402
 from marl.run.checkpoint import read_meta  # noqa: E402
 from marl.run.resume import points  # noqa: E402
 from marl.run.train import train  # noqa: E402
@@ -60,8 +60,15 @@ def test_each_agent_trains_its_own_adapter_on_the_untouched_base(tmp_path, user_
     trainable = int(run.data.params["lora.trainable_parameters"])
     assert 0 < trainable < int(run.data.params["model.parameters"]) // 2
     assert run.data.metrics["train/kl"] >= 0 and "moe/routing_agreement" in run.data.metrics
-    policies, _, _ = load_policy(result.checkpoint, device="cpu")
+    policies, chat, _ = load_policy(result.checkpoint, device="cpu")
     assert isinstance(policies, PolicyMap) and set(policies.policies) == {"agent_0", "agent_1"}
+    # a run that starts from this checkpoint starts from agent_0's policy: its adapter merged into the base
+    start = dataclasses.replace(lora_cfg(tmp_path, user_model).policy, model=str(result.checkpoint), device="cpu")
+    merged = new_policy(start, policies["agent_0"].tokenizer, seed=0)
+    ids = torch.tensor([chat.first("Task: which card do you hold?")])
+    with torch.no_grad():
+        torch.testing.assert_close(merged.model(input_ids=ids).logits, policies["agent_0"].model(input_ids=ids).logits,
+                                   atol=1e-4, rtol=0)
 
 
 def test_a_lora_run_resumed_from_a_middle_point_ends_bit_identical(tmp_path, user_model):
