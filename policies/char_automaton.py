@@ -19,12 +19,12 @@ never match the grammar's printable text and are never allowed).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase
 
-from policies.grammar_automaton import Automaton, sampled_actions
+from policies.grammar_automaton import Automaton, Trie, sampled_actions, trie_of
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -34,28 +34,12 @@ ACCEPT: CState = (-1, -1, -1)
 
 
 @dataclass
-class _CharTrie:
-    children: list[dict[str, int]] = field(default_factory=lambda: [{}])
-    ends: list[bool] = field(default_factory=lambda: [False])
-    tokens: list[list[int]] = field(default_factory=lambda: [[]])  # token ids ending here (vocabulary trie)
-
-    def insert(self, text: str, token: int | None = None) -> None:
-        node = 0
-        for ch in text:
-            nxt = self.children[node].get(ch)
-            if nxt is None:
-                nxt = len(self.children)
-                self.children[node][ch] = nxt
-                self.children.append({})
-                self.ends.append(False)
-                self.tokens.append([])
-            node = nxt
-        self.ends[node] = True
-        if token is not None:
-            self.tokens[node].append(token)
+class _Vocabulary:
+    trie: Trie  # over every token's text, character by character
+    tokens: list[list[int]]  # per node, the token ids whose text ends there
 
 
-_VOCABULARIES: dict[int, tuple[PreTrainedTokenizerBase, _CharTrie]] = {}
+_VOCABULARIES: dict[int, tuple[PreTrainedTokenizerBase, _Vocabulary]] = {}
 
 
 def token_texts(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
@@ -75,19 +59,22 @@ def token_texts(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
     return out
 
 
-def vocabulary_trie(tokenizer: PreTrainedTokenizerBase) -> _CharTrie:
+def vocabulary_trie(tokenizer: PreTrainedTokenizerBase) -> _Vocabulary:
     """A character trie over every token's text (built once per tokenizer object)."""
     hit = _VOCABULARIES.get(id(tokenizer))
     if hit is not None and hit[0] is tokenizer:
         return hit[1]
-    trie = _CharTrie()
-    for i, text in token_texts(tokenizer).items():
-        trie.insert(text, i)
-    _VOCABULARIES[id(tokenizer)] = (tokenizer, trie)  # the tokenizer is kept so its id() cannot be reused
-    return trie
+    texts = token_texts(tokenizer)
+    trie, ends = trie_of(texts.values())
+    tokens: list[list[int]] = [[] for _ in trie.children]
+    for token, node in zip(texts, ends, strict=True):
+        tokens[node].append(token)
+    vocab = _Vocabulary(trie, tokens)
+    _VOCABULARIES[id(tokenizer)] = (tokenizer, vocab)  # the tokenizer is kept so its id() cannot be reused
+    return vocab
 
 
-def _closure(states: Iterable[CState], parts: list[list[_CharTrie]]) -> frozenset[CState]:
+def _closure(states: Iterable[CState], parts: list[list[Trie]]) -> frozenset[CState]:
     """Follow finished values into the next part; a finished last part adds ACCEPT."""
     stack, seen = list(states), set()
     while stack:
@@ -104,7 +91,7 @@ def _closure(states: Iterable[CState], parts: list[list[_CharTrie]]) -> frozense
     return frozenset(s for s in seen if s == ACCEPT or parts[s[0]][s[1]].children[s[2]])
 
 
-def _read(states: frozenset[CState], ch: str, parts: list[list[_CharTrie]]) -> frozenset[CState]:
+def _read(states: frozenset[CState], ch: str, parts: list[list[Trie]]) -> frozenset[CState]:
     moved = []
     for state in states:
         if state != ACCEPT:
@@ -117,15 +104,8 @@ def _read(states: frozenset[CState], ch: str, parts: list[list[_CharTrie]]) -> f
 
 def compile_char_dfa(grammar: ActionGrammar, tokenizer: PreTrainedTokenizerBase, end_id: int) -> Automaton:
     """The token DFA of `grammar` for `tokenizer` via its characters (see module docstring)."""
-    parts: list[list[_CharTrie]] = []
-    for template in grammar.templates:
-        chain = []
-        for part in template:
-            trie = _CharTrie()
-            for value in ((part,) if isinstance(part, str) else part.values):
-                trie.insert(value)
-            chain.append(trie)
-        parts.append(chain)
+    parts = [[trie_of((part,) if isinstance(part, str) else part.values)[0] for part in template]
+             for template in grammar.templates]
     if not parts:
         raise ValueError("the action grammar expands to no actions; give every agent at least one valid action")
     vocab = vocabulary_trie(tokenizer)
@@ -138,7 +118,7 @@ def compile_char_dfa(grammar: ActionGrammar, tokenizer: PreTrainedTokenizerBase,
         stack = [(0, states)]
         while stack:  # the vocabulary trie and the grammar read together; a dead end prunes its subtree
             vnode, here = stack.pop()
-            for ch, vnext in vocab.children[vnode].items():
+            for ch, vnext in vocab.trie.children[vnode].items():
                 there = _read(here, ch, parts)
                 if there:
                     for tok in vocab.tokens[vnext]:

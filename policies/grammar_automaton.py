@@ -43,25 +43,29 @@ class Automaton:
 
 
 @dataclass
-class _PartTrie:
-    children: list[dict[int, int]]
-    ends: list[bool]  # a value of the part ends at this node
+class Trie:
+    """A prefix tree over sequences (token ids, or a string's characters); node 0 is the root."""
+
+    children: list[dict]
+    ends: list[bool]  # a sequence ends at this node
 
 
-def _part_trie(sequences: Iterable[Sequence[int]]) -> _PartTrie:
-    trie = _PartTrie([{}], [False])
+def trie_of(sequences: Iterable[Sequence]) -> tuple[Trie, list[int]]:
+    """The trie of `sequences` and the node where each of them ends."""
+    trie, ends = Trie([{}], [False]), []
     for seq in sequences:
         node = 0
-        for tok in seq:
-            nxt = trie.children[node].get(tok)
+        for item in seq:
+            nxt = trie.children[node].get(item)
             if nxt is None:
                 nxt = len(trie.children)
-                trie.children[node][tok] = nxt
+                trie.children[node][item] = nxt
                 trie.children.append({})
                 trie.ends.append(False)
             node = nxt
         trie.ends[node] = True
-    return trie
+        ends.append(node)
+    return trie, ends
 
 
 def _values(part: Part) -> tuple[str, ...]:
@@ -78,16 +82,16 @@ def compile_dfa(grammar: ActionGrammar, tokenizer: PreTrainedTokenizerBase, end_
     if any(end_id in seq for seq in ids.values()):
         raise ValueError("an action's text encodes to the end-of-turn token; remove it from the grammar")
     samples = _check_boundaries(grammar, templates, ids, tokenizer)
-    tries: dict[tuple[str, ...], _PartTrie] = {}  # equal parts (e.g. every " " literal) share one trie
+    tries: dict[tuple[str, ...], Trie] = {}  # equal parts (e.g. every " " literal) share one trie
     for values in (values for t in templates for values in t):
         if values not in tries:
-            tries[values] = _part_trie(ids[v] for v in values)
+            tries[values] = trie_of(ids[v] for v in values)[0]
     parts = [[tries[values] for values in t] for t in templates]
     children, terminal = _determinize(parts)
     return Automaton(children, terminal, _longest_path(children) + 1, samples)
 
 
-def _closure(states: Iterable[NState], parts: list[list[_PartTrie]]) -> tuple[frozenset[NState], bool]:
+def _closure(states: Iterable[NState], parts: list[list[Trie]]) -> tuple[frozenset[NState], bool]:
     """Follow value ends into the next part; returns (states with outgoing tokens, accepting).
 
     States without outgoing tokens are dropped: a finished value adds nothing but its epsilon move,
@@ -111,7 +115,7 @@ def _closure(states: Iterable[NState], parts: list[list[_PartTrie]]) -> tuple[fr
     return frozenset(kept), accept
 
 
-def _determinize(parts: list[list[_PartTrie]]) -> tuple[list[dict[int, int]], list[bool]]:
+def _determinize(parts: list[list[Trie]]) -> tuple[list[dict[int, int]], list[bool]]:
     """Subset construction; nodes are numbered in BFS order with sorted tokens (deterministic)."""
     starts = [(t, 0, 0) for t, chain in enumerate(parts) if chain]
     root, accept = _closure(starts, parts)
