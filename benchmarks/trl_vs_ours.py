@@ -223,6 +223,12 @@ def main() -> None:
                                                                   else f"never within {args.budget:.0f} s"))
     if len(reached) == 2 and None not in reached.values():
         print(f"ours / trl: {reached['ours'] / max(reached['trl'], 1e-9):.2f}x the training seconds")
+    elif len(curves) == 2:
+        # Where an arm misses the target, compare at the best level both reached instead.
+        common = min(max(s for _, s in curve) for curve in curves.values())
+        at = {arm: seconds_to(curve, common) for arm, curve in curves.items()}
+        print(f"best level both reached: {args.split} {common:.2f}, ours after {at['ours']:.0f} s, trl after "
+              f"{at['trl']:.0f} s: ours / trl {at['ours'] / max(at['trl'], 1e-9):.2f}x")
 
 
 if __name__ == "__main__":
