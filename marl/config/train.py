@@ -20,6 +20,7 @@ import tyro
 from marl.config.checks import ConfigError, SelfChecking, one_of, positive, require
 from marl.config.choices import ALGORITHM_NEEDS, Algo, PolicyMapping, options
 from marl.config.curriculum import CurriculumConfig
+from marl.config.distributed import RayConfig
 from marl.config.guards import GuardsConfig
 from marl.config.lora import LoraConfig
 from marl.config.sections import (
@@ -71,6 +72,8 @@ class TrainConfig(SelfChecking):
     """Continue a killed run from a resume point: `<output_dir>/<run_id>/resume/it-N`, the run's folder (its newest),
     or `runs:/<run_id>[/resume/it-N]` in the store of --tracking-uri; its saved config and MLflow run are used,
     and every other flag is ignored."""
+    rollout_workers: int = 0
+    """RL rollouts on this many Ray actors, each with its own envs and a copy of the policies (0: in this process)."""
     # No flag: tyro cannot parse `dict[str, Any]` from the command line; YAML is the one way to set it.
     scenario_options: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
     """Extra scenario options passed to `scenarios.make` (YAML only, e.g. `train_mix: [1, 0, 0]`)."""
@@ -96,6 +99,8 @@ class TrainConfig(SelfChecking):
     """Resume points during training (`resume` continues from one)."""
     guards: GuardsConfig = field(default_factory=GuardsConfig)
     """Alerts on KL, reward, entropy and invalid actions (tags, warnings, optional stop) and crashed environments."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """The Ray cluster of `rollout_workers` and what each worker gets."""
     tracking: Annotated[TrackingConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=TrackingConfig)
     """MLflow settings; their flags have no prefix (`--tracking-uri`, `--experiment`, `--run-name`)."""
 
@@ -118,7 +123,7 @@ class TrainConfig(SelfChecking):
     def validate(self) -> TrainConfig:
         """Check every field and every section; raise ConfigError naming the field and the fix."""
         for section in (self.policy, self.sft, self.rl, self.lora, self.critic, self.opponent, self.pool, self.comms,
-                        self.curriculum, self.checkpoint, self.guards, self.tracking):
+                        self.curriculum, self.checkpoint, self.guards, self.ray, self.tracking):
             section.validate()
         self._check_scenario()
         self._check_curriculum()
@@ -126,6 +131,7 @@ class TrainConfig(SelfChecking):
         one_of("policy_mapping", self.policy_mapping, options(PolicyMapping))
         positive("iterations", self.iterations, allow_zero=True)
         positive("eval_episodes", self.eval_episodes, allow_zero=True)
+        positive("rollout_workers", self.rollout_workers, allow_zero=True)
         self._check_algorithm()
         return self
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from comms import CommsWrapper
 from marl.engine.errors import EnvCrashError
 from marl.engine.policy_map import PolicyMap, single
 from marl.engine.records import (
@@ -33,7 +35,7 @@ from marl.engine.records import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HARNESS_FAULTS", "SCRIPTED", "STYLE_PREFIX", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "concat_batches",
+__all__ = ["HARNESS_FAULTS", "SCRIPTED", "Part", "STYLE_PREFIX", "Episode", "RolloutBatch", "RolloutWorker", "Turn", "concat_batches",
            "expert_actor", "mark_harness_faults",
            "task_groups", "team_name", "turn_seed"]
 
@@ -60,6 +62,18 @@ def task_groups(task_seeds: Sequence[int], group_size: int) -> tuple[list[int], 
     """Each task seed repeated `group_size` times, and the group (task index) of each: `collect`'s seeds and groups."""
     seeds = [int(s) for s in task_seeds for _ in range(group_size)]
     return seeds, [k for k in range(len(task_seeds)) for _ in range(group_size)]
+
+
+@dataclass
+class Part:
+    """A slice of one collection played in one go: its seeds, their groups, seats and env variants, and the
+    part's own sampling seed (plain data: a part can be played in another process)."""
+
+    seeds: list[int]
+    groups: list[int]
+    sample_seed: int | None
+    seats: list[Mapping[str, str]] | None = None
+    variants: list[str] | None = None
 
 
 def expert_actor(env: Any, agent: str) -> str:
@@ -103,6 +117,15 @@ class RolloutWorker:
     def envs(self) -> list[Any]:
         """Every environment the worker has built so far (for statistics that live in the envs)."""
         return [env for pool in self._pools.values() for env in pool]
+
+    def message_stats(self) -> dict[str, float]:
+        """Message counts of comms summed over this worker's environments (cumulative; empty without comms)."""
+        totals: dict[str, float] = {}
+        for env in self.envs:
+            if isinstance(env, CommsWrapper):
+                for k, v in env.stats().items():
+                    totals[k] = totals.get(k, 0.0) + float(v)
+        return totals
 
     def _recreate(self, env: Any, err: Exception, where: str) -> Any:
         """A fresh environment in the crashed one's place in its pool; the crash is counted and reported."""
@@ -161,6 +184,18 @@ class RolloutWorker:
         `variants` (one name per seed) plays a seed in that env variant (a curriculum stage), all in the same
         generate calls; each episode records its variant.
         """
+        parts = self.plan(seeds, groups, sample_seed, seats, variants)
+        batches = [self.play(part, greedy=greedy, actor=actor, max_loops=max_loops, record_state=record_state,
+                             scripted=scripted) for part in parts]
+        return batches[0] if len(batches) == 1 else concat_batches(batches)
+
+    def plan(self, seeds: Sequence[int], groups: Sequence[int] | None = None, sample_seed: int | None = None,
+             seats: Sequence[Mapping[str, str]] | None = None, variants: Sequence[str] | None = None,
+             min_parts: int = 1) -> list[Part]:
+        """The parts `collect` plays one after the other: at most `max_rows` agents each (all seeds in one
+        part without a bound), split further into at least `min_parts` parts where there are seeds enough.
+        Part `k` samples from its own seed, so a part plays the same wherever it is played (another process
+        playing parts of one collection gives the episodes this worker would)."""
         for name, given in (("seats", seats), ("variants", variants)):
             if given is not None and len(given) != len(seeds):
                 raise ValueError(f"{name} has {len(given)} entries for {len(seeds)} seeds: give one per seed")
@@ -170,14 +205,19 @@ class RolloutWorker:
             kinds = sorted(set(variants or [""]))
             widest = max(len(env.possible_agents) for env in self._envs(len(kinds), kinds))
             size = max(1, self.max_rows // max(widest, 1))
-        parts = []
-        for k, start in enumerate(range(0, max(len(seeds), 1), max(size, 1))):
-            seed_k = None if sample_seed is None else sample_seed + 7919 * k
-            part_seats = None if seats is None else seats[start : start + size]
-            part_variants = None if variants is None else variants[start : start + size]
-            parts.append(self._collect(seeds[start : start + size], groups[start : start + size], greedy, seed_k,
-                                       actor, max_loops, record_state, scripted, part_seats, part_variants))
-        return parts[0] if len(parts) == 1 else concat_batches(parts)
+        size = max(1, min(size, -(-len(seeds) // max(min_parts, 1))))
+        return [Part(seeds=[int(s) for s in seeds[start : start + size]], groups=groups[start : start + size],
+                     sample_seed=None if sample_seed is None else sample_seed + 7919 * k,
+                     seats=None if seats is None else list(seats[start : start + size]),
+                     variants=None if variants is None else list(variants[start : start + size]))
+                for k, start in enumerate(range(0, max(len(seeds), 1), size))]
+
+    def play(self, part: Part, greedy: bool = False, actor: Callable[[Any, str], str] | None = None,
+             max_loops: int = 1000, record_state: bool = False,
+             scripted: Callable[[Any, str], bool] | None = None) -> RolloutBatch:
+        """One planned part's envs played together (see `collect` for the arguments)."""
+        return self._collect(part.seeds, part.groups, greedy, part.sample_seed, actor, max_loops, record_state,
+                             scripted, part.seats, part.variants)
 
     def _collect(self, seeds: Sequence[int], groups: Sequence[int], greedy: bool, sample_seed: int | None,
                  actor: Callable[[Any, str], str] | None, max_loops: int, record_state: bool,

@@ -193,6 +193,19 @@ def frozen_snapshot(policy: LLMPolicy) -> LLMPolicy:
     return snapshot
 
 
+def policy_weights(policy: LLMPolicy) -> dict[str, Any]:
+    """What can change of `policy` as it learns: its model's state (a LoRA adapter's alone) and its opponent head's."""
+    head = policy.opponent_head
+    return {"model": policy.model.state_dict(), "head": head.state_dict() if head is not None else None}
+
+
+def load_policy_weights(policy: LLMPolicy, saved: dict[str, Any]) -> None:
+    """Put `policy_weights` of a policy of the same architecture into `policy`."""
+    policy.model.load_state_dict(saved["model"])
+    if policy.opponent_head is not None:
+        policy.opponent_head.load_state_dict(saved["head"])
+
+
 def build_policy_map(mapping: str, scenario: str, policy: LLMPolicy, make_env: EnvFactory) -> PolicyMap:
     """The policies of a policy mapping: the (warm-started) policy, copied once per further id."""
     if mapping == "shared":

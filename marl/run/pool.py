@@ -19,7 +19,7 @@ from marl.config import TrainConfig
 from marl.engine.opponent_pool import SNAPSHOT_PREFIX, OpponentPool, seating
 from marl.engine.policy_map import PolicyMap
 from marl.engine.rollout import STYLE_PREFIX, RolloutBatch, RolloutWorker, task_groups
-from marl.run.build import frozen_snapshot
+from marl.run.build import frozen_snapshot, load_policy_weights, policy_weights
 
 
 class PoolRun:
@@ -79,11 +79,8 @@ class PoolRun:
     def state_dict(self) -> dict[str, Any]:
         """What a resume point keeps of the pool: its entries and records, every snapshot's weights (and opponent
         head's), and the stream entries are drawn from."""
-        def weights(policy: Any) -> dict[str, Any]:
-            head = policy.opponent_head
-            return {"model": policy.model.state_dict(), "head": head.state_dict() if head is not None else None}
         return {"pool": self.pool.state(), "rng": self.rng.bit_generator.state,
-                "snapshots": {name: {pid: weights(p) for pid, p in by_id.items()}
+                "snapshots": {name: {pid: policy_weights(p) for pid, p in by_id.items()}
                               for name, by_id in self.pool.snapshots.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -91,9 +88,7 @@ class PoolRun:
         weights (the same architecture, so it acts as the saved one did)."""
         def snapshot(pid: str, saved: dict[str, Any]) -> Any:
             policy = frozen_snapshot(self.learning.policies[pid])
-            policy.model.load_state_dict(saved["model"])
-            if policy.opponent_head is not None:
-                policy.opponent_head.load_state_dict(saved["head"])
+            load_policy_weights(policy, saved)
             return policy
         saved = state["snapshots"]
         self.pool = OpponentPool.from_state(state["pool"], lambda name: {pid: snapshot(pid, w)

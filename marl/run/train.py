@@ -43,6 +43,7 @@ from marl.run.curriculum import CurriculumRun
 from marl.run.learners import ResumeWriter, build_learners, newcomer_learner, restore_trainer, role_function
 from marl.run.memory import peak_rss_gb, rss_gb, trim_heap
 from marl.run.pool import PoolRun
+from marl.run.remote import RemoteRollouts, remote_rollouts
 from marl.run.resume import DeferredStop, ResumePoint, load_resume_point, write_run_start
 from marl.run.runs_uri import checkpoint_folder, is_runs_uri
 from marl.run.sft import demonstration_episodes
@@ -62,13 +63,9 @@ class TrainResult:
     eval: dict[str, float]
 
 
-def comms_metrics(worker: RolloutWorker) -> dict[str, float]:
+def comms_metrics(worker: RolloutWorker | RemoteRollouts) -> dict[str, float]:
     """Message statistics summed over the worker's envs (cumulative counts; empty without comms)."""
-    totals: dict[str, float] = {}
-    for env in worker.envs:
-        if isinstance(env, comms.CommsWrapper):
-            for k, v in env.stats().items():
-                totals[k] = totals.get(k, 0.0) + float(v)
+    totals = worker.message_stats()
     if totals.get("comms/sent"):
         totals["comms/drop_rate"] = totals.get("comms/dropped", 0.0) / totals["comms/sent"]
     return totals
@@ -165,8 +162,13 @@ def train(cfg: TrainConfig) -> TrainResult:
                     rng.bit_generator.state = drawn.bit_generator.state
             writer = ResumeWriter(cfg, out_root / tr.run_id, tr.run_id, tokenizer, demo_rng,
                                   log_artifacts=tr.log_artifacts if cfg.checkpoint.log_to_mlflow else None)
-            last_iteration, critics = _reinforce(cfg, tr, worker, policies, chat, demos, rng, pool, curriculum,
-                                                 writer, point, console)
+            rollouts = remote_rollouts(cfg, worker) if cfg.rollout_workers else worker
+            try:
+                last_iteration, critics = _reinforce(cfg, tr, rollouts, policies, chat, demos, rng, pool, curriculum,
+                                                     writer, point, console)
+            finally:
+                if isinstance(rollouts, RemoteRollouts):
+                    rollouts.close()
         ckpt_dir = outputs.write_checkpoint(out_root / tr.run_id / "checkpoint", cfg, tokenizer, policies, tr.run_id,
                                             last_iteration, critics, pool, curriculum)
         tr.log_artifacts(ckpt_dir, "checkpoint")  # before evaluation: a failing eval never loses the model
@@ -198,7 +200,7 @@ def log_model(tr: Tracker, ckpt_dir: Path) -> None:
         tr.set_tags({"log_model_error": f"{type(err).__name__}: {err}"[:4000]})
 
 
-def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: PolicyMap, chat: Any,
+def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRollouts, policies: PolicyMap, chat: Any,
                demos: Any, rng: np.random.Generator, pool: PoolRun | None, curriculum: CurriculumRun | None,
                writer: ResumeWriter, point: ResumePoint | None, console: Console) -> tuple[int, dict[str, Any]]:
     """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics.
@@ -282,6 +284,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker, policies: P
             metrics["perf/rss_gb"] = rss_gb()
             metrics.update(comms_metrics(worker))
             metrics["rollout/env_crashes"] = float(worker.env_crashes)
+            if isinstance(worker, RemoteRollouts):
+                metrics["rollout/worker_restarts"] = float(worker.restarts)
             stopping = announce(alerts.check(metrics, it), tr, cfg.guards)
             metrics["alerts/count"] = float(alerts.fired)
             if logging_s is not None:  # the previous iteration's: a call cannot time itself

@@ -1,0 +1,150 @@
+"""Rollouts on Ray actors (a real local cluster): the same episodes as in-process, new weights reach the
+workers, a worker whose process dies is restarted and its part played again, and a run trains with them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+from run_helpers import tiny
+
+import comms
+import scenarios
+from marl.config import ConfigError, TrainConfig
+from marl.engine.rollout import RolloutWorker
+from marl.run.build import build_policy
+from marl.run.remote import RemoteRollouts
+from marl.run.train import train
+from policies.chat import ChatFormat
+
+ray = pytest.importorskip("ray")
+# The crash factory below lives in this module, which Ray's workers cannot import: pickle it by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def shared_info_split():
+    return comms.wrap(scenarios.make("info_split", n_agents=3, split="train"), "full")
+
+
+class DiesOnce:
+    """An env factory whose first call in any process but the test's kills that process (a worker dying in
+    the middle of an iteration); `marker` remembers that it happened."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker, self.driver = marker, os.getpid()
+
+    def __call__(self):
+        if os.getpid() != self.driver and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        return shared_info_split()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    cfg = TrainConfig(seed=0, scenario="info_split", agents=3)
+    cfg.policy.tokenizer_episodes = 60
+    tokenizer, _, policy = build_policy(cfg, shared_info_split, tmp_path_factory.mktemp("runs"),
+                                        np.random.default_rng(0))
+    return tokenizer, policy
+
+
+def assert_same_episodes(a, b):
+    assert [e.transcript for e in a.episodes] == [e.transcript for e in b.episodes]
+    assert [(e.seed, e.group, e.agent, e.env, e.ret) for e in a.episodes] == \
+        [(e.seed, e.group, e.agent, e.env, e.ret) for e in b.episodes]
+    assert [t.action_ids for t in a.turns] == [t.action_ids for t in b.turns]
+    assert [t.prompt_ids for t in a.turns] == [t.prompt_ids for t in b.turns]
+    worst = max(abs(x - y) for s, t in zip(a.turns, b.turns, strict=True)
+                for x, y in zip(s.logprobs, t.logprobs, strict=True))
+    assert worst < 1e-4
+
+
+def test_two_workers_play_the_episodes_of_one_in_process_worker(cluster, setup):
+    tokenizer, policy = setup
+    chat = ChatFormat(tokenizer)
+    seeds, groups = [s for s in range(4) for _ in range(2)], [g for g in range(4) for _ in range(2)]
+    local = RolloutWorker(shared_info_split, policy, chat, max_rows=6)  # parts of two envs (3 agents each)
+    remote = RemoteRollouts(RolloutWorker(shared_info_split, policy, chat, max_rows=6), workers=2)
+    try:
+        here = local.collect(seeds, groups, sample_seed=11, record_state=True)
+        there = remote.collect(seeds, groups, sample_seed=11, record_state=True)
+        assert_same_episodes(here, there)
+        assert [t.state for t in here.turns] == [t.state for t in there.turns]
+        assert there.generated_tokens == here.generated_tokens and there.env_steps == here.env_steps
+        # the messages the scenario's comms carried were counted in the workers' environments
+        assert remote.message_stats()["comms/sent"] == local.message_stats()["comms/sent"] > 0
+        # new weights reach the workers at the next collection
+        with torch.no_grad():
+            for p in policy.model.parameters():
+                p.mul_(0.8)
+        here, there = (w.collect(seeds, groups, sample_seed=12) for w in (local, remote))
+        assert_same_episodes(here, there)
+        assert remote.restarts == 0
+    finally:
+        remote.close()
+        with torch.no_grad():
+            for p in policy.model.parameters():
+                p.div_(0.8)
+
+
+def test_a_worker_that_dies_mid_iteration_is_restarted_and_its_part_played_again(cluster, setup, tmp_path):
+    tokenizer, policy = setup
+    chat = ChatFormat(tokenizer)
+    seeds = list(range(6))
+    local = RolloutWorker(shared_info_split, policy, chat, max_rows=9)
+    dying = DiesOnce(str(tmp_path / "died"))
+    remote = RemoteRollouts(RolloutWorker(dying, policy, chat, max_rows=9), workers=2, max_restarts=2)
+    try:
+        there = remote.collect(seeds, sample_seed=5)
+        assert os.path.exists(dying.marker)  # a worker's process did die during the collection
+        assert remote.restarts == 1
+        assert_same_episodes(local.collect(seeds, sample_seed=5), there)
+        # a worker killed from outside between iterations comes back too, and is counted
+        os.kill(remote.pids()[0], signal.SIGKILL)
+        assert_same_episodes(local.collect(seeds, sample_seed=6), remote.collect(seeds, sample_seed=6))
+        assert remote.restarts == 2
+    finally:
+        remote.close()
+
+
+def test_more_workers_than_the_cluster_has_cpus_is_refused_with_the_fix(cluster, setup):
+    tokenizer, policy = setup
+    with pytest.raises(RuntimeError, match="lower rollout_workers or ray.cpus_per_worker"):
+        RemoteRollouts(RolloutWorker(shared_info_split, policy, ChatFormat(tokenizer)), workers=3)
+
+
+def test_bad_worker_settings_are_refused():
+    with pytest.raises(ConfigError, match="rollout_workers"):
+        TrainConfig(rollout_workers=-1).validate()
+    cfg = TrainConfig()
+    cfg.ray.cpus_per_worker = 0
+    with pytest.raises(ConfigError, match="ray.cpus_per_worker"):
+        cfg.validate()
+
+
+@pytest.mark.slow
+def test_a_run_with_rollout_workers_and_an_opponent_pool_trains_and_logs_restarts(tmp_path):
+    cfg = tiny(tmp_path, scenario="repeated_game", agents=2, rollout_workers=2,
+               scenario_options={"pairing": "self"})
+    cfg.iterations = 3
+    cfg.pool.sampling, cfg.pool.snapshot_every = "uniform", 1  # snapshots join the pool: new policies to ship
+    was_up = ray.is_initialized()
+    result = train(cfg)
+    client = mlflow.MlflowClient(result.tracking_uri)
+    restarts = client.get_metric_history(result.run_id, "rollout/worker_restarts")
+    assert [m.value for m in restarts] == [0.0, 0.0, 0.0]
+    assert client.get_metric_history(result.run_id, "train/policy_loss")
+    assert ray.is_initialized() == was_up  # a local cluster the run started went with it
