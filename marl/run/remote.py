@@ -16,12 +16,13 @@ It leaves out the learner, which stays in the driving process, and evaluation, w
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -59,6 +60,37 @@ class Played:
     message_stats: dict[str, float]
     incarnation: str
     """Made anew each time the actor's process starts: a change means Ray restarted it."""
+
+
+CAPTURE_HOOKS_FLAG = "_output_capturing_hooks_installed"
+"""transformers' mark on a model whose output-capturing forward hooks are in place (it installs them lazily)."""
+
+
+@contextlib.contextmanager
+def capture_hooks_detached(policies: Mapping[str, Any]) -> Iterator[None]:
+    """transformers' output-capturing forward hooks taken off the policies' models meanwhile: they close over a
+    context variable, which cannot be pickled; a model unpickled without them installs them again on its first
+    forward (its flag says none are there)."""
+    roots = []
+    for policy in policies.values():
+        model = policy.model
+        roots.append(model if isinstance(model, torch.nn.Module) else model.shared.peft)  # a LoRA adapter's base
+    taken: list[tuple[dict, Any, Any]] = []
+    flags: list[torch.nn.Module] = []
+    try:
+        for module in {id(m): m for root in roots for m in root.modules()}.values():
+            for handle, hook in list(module._forward_hooks.items()):
+                if getattr(hook, "__module__", "") == "transformers.utils.output_capturing":
+                    taken.append((module._forward_hooks, handle, module._forward_hooks.pop(handle)))
+            if getattr(module, CAPTURE_HOOKS_FLAG, False):
+                setattr(module, CAPTURE_HOOKS_FLAG, False)
+                flags.append(module)
+        yield
+    finally:
+        for hooks, handle, hook in taken:
+            hooks[handle] = hook
+        for module in flags:
+            setattr(module, CAPTURE_HOOKS_FLAG, True)
 
 
 def trains(policy: Any) -> bool:
@@ -110,6 +142,10 @@ class RolloutActor:
         batches = [self.worker.play(part, **options) for part in parts]
         return Played(batches, self.worker.env_crashes, self.worker.message_stats(), self.incarnation)
 
+    def incarnation_id(self) -> str:
+        """Made anew each time the actor's process starts."""
+        return self.incarnation
+
     def pid(self) -> int:
         """The actor's process id (what a test kills)."""
         return os.getpid()
@@ -148,7 +184,8 @@ class RemoteRollouts:
                        for _ in range(workers)]
         self.restarts = 0
         """Times Ray restarted a worker whose process died (counted when the worker next answers)."""
-        self._incarnations: list[str | None] = [None] * workers
+        # Waiting for each worker's first incarnation also keeps the workers' start out of the first collection.
+        self._incarnations: list[str] = ray.get([a.incarnation_id.remote() for a in self.actors])
         self._messages: list[dict[str, float]] = [{} for _ in range(workers)]
         self._shipped: dict[str, tuple[Any, int, Any]] = {}  # pid -> (policy object, token, bundle reference)
         self._tokens = itertools.count()
@@ -188,7 +225,8 @@ class RemoteRollouts:
         current = self.policies.policies
         new = {pid: p for pid, p in current.items() if pid not in self._shipped or self._shipped[pid][0] is not p}
         if new:
-            bundle = ray.put(new)
+            with capture_hooks_detached(new):
+                bundle = ray.put(new)
             for pid, policy in new.items():
                 self._shipped[pid] = (policy, next(self._tokens), bundle)
         for pid in [pid for pid in self._shipped if pid not in current]:
@@ -220,7 +258,7 @@ class RemoteRollouts:
             raise RuntimeError(f"a rollout worker died more often than ray.max_restarts allows: {err}") from err
         ordered: list[RolloutBatch | None] = [None] * len(parts)
         for k, played in answers.items():
-            if self._incarnations[k] not in (None, played.incarnation):
+            if self._incarnations[k] != played.incarnation:
                 self.restarts += 1
                 log.warning("rollout worker %d was restarted (%d restart(s) so far)", k, self.restarts)
             self._incarnations[k] = played.incarnation

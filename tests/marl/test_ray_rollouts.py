@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 import torch
 from run_helpers import tiny
+from test_lora_runs import lora_cfg, user_model  # noqa: F401 (a fixture)
 
 import comms
 import scenarios
 from marl.config import ConfigError, TrainConfig
 from marl.engine.rollout import RolloutWorker
 from marl.run.build import build_policy
+from marl.run.checkpoint import read_meta
 from marl.run.remote import RemoteRollouts
 from marl.run.train import train
 from policies.chat import ChatFormat
@@ -148,3 +150,14 @@ def test_a_run_with_rollout_workers_and_an_opponent_pool_trains_and_logs_restart
     assert [m.value for m in restarts] == [0.0, 0.0, 0.0]
     assert client.get_metric_history(result.run_id, "train/policy_loss")
     assert ray.is_initialized() == was_up  # a local cluster the run started went with it
+
+
+@pytest.mark.slow
+def test_lora_adapters_per_agent_train_through_the_workers(tmp_path, user_model):  # noqa: F811
+    # every agent's adapter shares one frozen base: the workers get the base once and the adapters each call
+    cfg = lora_cfg(tmp_path, user_model, rollout_workers=2)
+    cfg.iterations = 2
+    result = train(cfg)
+    history = mlflow.MlflowClient(result.tracking_uri).get_metric_history(result.run_id, "rollout/worker_restarts")
+    assert [m.value for m in history] == [0.0, 0.0]
+    assert read_meta(result.checkpoint).adapters == ("agent_0", "agent_1")
