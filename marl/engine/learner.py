@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 from marl.config import RLConfig
 from marl.engine.advantages import Advantages, anchored_turns
+from marl.engine.data_parallel import LearnerGroup
 from marl.engine.errors import NonFiniteError
 from marl.engine.losses import (
     AdaptiveKL,
@@ -101,6 +102,8 @@ class Learner:
         self.nonfinite_streak = 0
         self.updates = 0
         self.extra_terms: dict[str, tuple[LossTerm, float]] = {}
+        self.group = LearnerGroup()
+        """The processes that share this learner's policy steps (`marl.engine.data_parallel`); one by default."""
 
     def _parameters(self) -> list[torch.nn.Parameter]:
         """What the optimizer steps and the clip measures: the policy's weights and its opponent head's."""
@@ -188,11 +191,13 @@ class Learner:
                   "anchor": float((decisions & torch.tensor([bool(anchor[i]) for i in turn_ids])[:, None]).sum()),
                   "padded": float(sum(len(p.sequence) for p in pieces)),
                   "opponent": float(labelled(turns)) if self.head is not None else 0.0}
+        if self.group.active and self.group.leads:  # the others score their share of this step's micro-batches
+            self.group.send_step(str(id(self)), self, (None, adv, anchor, pieces, first))
         self.optimizer.zero_grad(set_to_none=True)
-        out: dict[str, float] = {"train/decision_tokens": totals["tokens"]}
+        out: dict[str, float] = {}
         loads = []
         finite = True
-        for part in micro_batches(pieces, cfg.micro_batch_tokens):
+        for part in self.group.share(micro_batches(pieces, cfg.micro_batch_tokens)):
             terms, weights, figures, load = self._micro_terms(batch, adv, anchor, part, totals)
             loss = sum(weights[name] * value for name, value in terms.items())
             for key, value in {**figures, "train/loss": float(loss.item())}.items():
@@ -209,6 +214,11 @@ class Learner:
                 finite = False
                 break
             loss.backward()
+        if self.group.active:
+            out, loads, finite = self.group.add_gradients(self._parameters(), out, loads, finite)
+            if not self.group.leads:  # process 0 clips, steps and reports
+                return out
+        out["train/decision_tokens"] = totals["tokens"]
         if finite and self.demos is not None:  # its own forward, so its memory is not added to a micro-batch's
             ptx = self._ptx_term(self.policy.device)
             out.update({"train/ptx_loss": ptx.item(), "loss_weight/ptx": float(cfg.ptx_coef)})

@@ -16,13 +16,12 @@ It leaves out the learner, which stays in the driving process, and evaluation, w
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +33,7 @@ from marl.engine.policy_map import PolicyMap
 from marl.engine.records import RolloutBatch, concat_batches
 from marl.engine.rollout import Part, RolloutWorker
 from marl.run.build import load_policy_weights, policy_weights
+from policies.pickling import capture_hooks_detached
 
 log = logging.getLogger(__name__)
 
@@ -60,37 +60,6 @@ class Played:
     message_stats: dict[str, float]
     incarnation: str
     """Made anew each time the actor's process starts: a change means Ray restarted it."""
-
-
-CAPTURE_HOOKS_FLAG = "_output_capturing_hooks_installed"
-"""transformers' mark on a model whose output-capturing forward hooks are in place (it installs them lazily)."""
-
-
-@contextlib.contextmanager
-def capture_hooks_detached(policies: Mapping[str, Any]) -> Iterator[None]:
-    """transformers' output-capturing forward hooks taken off the policies' models meanwhile: they close over a
-    context variable, which cannot be pickled; a model unpickled without them installs them again on its first
-    forward (its flag says none are there)."""
-    roots = []
-    for policy in policies.values():
-        model = policy.model
-        roots.append(model if isinstance(model, torch.nn.Module) else model.shared.peft)  # a LoRA adapter's base
-    taken: list[tuple[dict, Any, Any]] = []
-    flags: list[torch.nn.Module] = []
-    try:
-        for module in {id(m): m for root in roots for m in root.modules()}.values():
-            for handle, hook in list(module._forward_hooks.items()):
-                if getattr(hook, "__module__", "") == "transformers.utils.output_capturing":
-                    taken.append((module._forward_hooks, handle, module._forward_hooks.pop(handle)))
-            if getattr(module, CAPTURE_HOOKS_FLAG, False):
-                setattr(module, CAPTURE_HOOKS_FLAG, False)
-                flags.append(module)
-        yield
-    finally:
-        for hooks, handle, hook in taken:
-            hooks[handle] = hook
-        for module in flags:
-            setattr(module, CAPTURE_HOOKS_FLAG, True)
 
 
 def trains(policy: Any) -> bool:
@@ -225,7 +194,7 @@ class RemoteRollouts:
         current = self.policies.policies
         new = {pid: p for pid, p in current.items() if pid not in self._shipped or self._shipped[pid][0] is not p}
         if new:
-            with capture_hooks_detached(new):
+            with capture_hooks_detached(new.values()):
                 bundle = ray.put(new)
             for pid, policy in new.items():
                 self._shipped[pid] = (policy, next(self._tokens), bundle)

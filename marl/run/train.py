@@ -21,6 +21,8 @@ from marl.config.files import flatten, to_yaml
 from marl.config.sections import tracking_uri_or_default
 from marl.engine import algorithms
 from marl.engine.advantages import RunningBaseline
+from marl.engine.data_parallel import LearnerGroup
+from marl.engine.learner import Learner
 from marl.engine.policy_map import PolicyMap
 from marl.engine.rollout import RolloutWorker, task_groups
 from marl.engine.sequences import subset
@@ -82,8 +84,20 @@ def log_topology(cfg: TrainConfig, tr: Tracker, make_env: Any, out_dir: Path) ->
     tr.set_tags({"comms.topology": cfg.comms.topology})
 
 
-def train(cfg: TrainConfig) -> TrainResult:
-    """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag."""
+def train(cfg: TrainConfig) -> TrainResult | None:
+    """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag. Under torchrun
+    only process 0 runs it; the others share its policy steps and return None (`marl.engine.data_parallel`)."""
+    group = LearnerGroup.from_env()
+    if not group.leads:
+        group.follow(Learner)
+        return None
+    try:
+        return _train(cfg, group)
+    finally:
+        group.stop()
+
+
+def _train(cfg: TrainConfig, group: LearnerGroup) -> TrainResult:
     point = load_resume_point(cfg.resume, tracking_uri_or_default(cfg.tracking.tracking_uri)) if cfg.resume else None
     if point is not None:
         cfg = point.config()
@@ -165,7 +179,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             rollouts = remote_rollouts(cfg, worker) if cfg.rollout_workers else worker
             try:
                 last_iteration, critics = _reinforce(cfg, tr, rollouts, policies, chat, demos, rng, pool, curriculum,
-                                                     writer, point, console)
+                                                     writer, point, console, group)
             finally:
                 if isinstance(rollouts, RemoteRollouts):
                     rollouts.close()
@@ -202,7 +216,8 @@ def log_model(tr: Tracker, ckpt_dir: Path) -> None:
 
 def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRollouts, policies: PolicyMap, chat: Any,
                demos: Any, rng: np.random.Generator, pool: PoolRun | None, curriculum: CurriculumRun | None,
-               writer: ResumeWriter, point: ResumePoint | None, console: Console) -> tuple[int, dict[str, Any]]:
+               writer: ResumeWriter, point: ResumePoint | None, console: Console,
+               group: LearnerGroup) -> tuple[int, dict[str, Any]]:
     """RL iterations until `cfg.iterations` or the wall-clock budget; the last iteration and the critics.
     With an opponent pool the learner plays one side of each task and a pool entry the others; with a
     curriculum each task plays the stage it draws, and a promotion may bring newcomers' policies.
@@ -210,6 +225,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
     Ctrl-C / SIGTERM, which then stop the run); from `point` the run carries on after its iteration."""
     algo = algorithms.get(cfg.algo)
     learners = build_learners(cfg, policies, chat, demos, worker.make_env)
+    for learner in learners.values():  # under torchrun the other processes share every policy step
+        learner.group = group
     role_of = role_function(cfg, *worker.factories.values())
     baselines = {pid: RunningBaseline() for pid in learners} if cfg.rl.baseline == "running" else {}
     # A critic warm-up's iterations fit the value on the warm-started policy's own play before any policy step
@@ -270,6 +287,7 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
                 if move is not None and move.target > move.source:
                     for pid, source in curriculum.newcomers(policies, curriculum.stages[move.target]):
                         learners[pid] = newcomer_learner(cfg, policies[pid], learners[source], chat, cfg.seed + len(learners))
+                        learners[pid].group = group
                         if cfg.rl.baseline == "running":
                             baselines[pid] = RunningBaseline()
                 metrics.update(curriculum.metrics())
