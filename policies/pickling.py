@@ -18,15 +18,17 @@ CAPTURE_HOOKS_FLAG = "_output_capturing_hooks_installed"
 """transformers' mark on a model whose output-capturing forward hooks are in place (it installs them lazily)."""
 
 
+def root_module(model: Any) -> torch.nn.Module:
+    """The torch module holding `model`'s weights: itself, or for a LoRA adapter view its shared peft model."""
+    return model if isinstance(model, torch.nn.Module) else model.shared.peft
+
+
 @contextlib.contextmanager
 def capture_hooks_detached(policies: Iterable[Any]) -> Iterator[None]:
     """transformers' output-capturing forward hooks taken off the policies' models meanwhile: they close over a
     context variable, which cannot be pickled; a model unpickled without them installs them again on its first
     forward (its flag says none are there)."""
-    roots = []
-    for policy in policies:
-        model = policy.model
-        roots.append(model if isinstance(model, torch.nn.Module) else model.shared.peft)  # a LoRA adapter's base
+    roots = [root_module(policy.model) for policy in policies]
     taken: list[tuple[dict, Any, Any]] = []
     flags: list[torch.nn.Module] = []
     try:

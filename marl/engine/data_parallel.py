@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from policies.pickling import capture_hooks_detached
+from policies.pickling import capture_hooks_detached, root_module
 
 STOP = "stop"
 
@@ -29,21 +29,27 @@ STOP = "stop"
 class LearnerGroup:
     """This process's place among the learner's processes (rank 0 leads; world 1: no other process)."""
 
-    def __init__(self, rank: int = 0, world: int = 1) -> None:
-        self.rank, self.world = rank, world
+    def __init__(self, rank: int = 0, world: int = 1, device: str = "cpu") -> None:
+        self.rank, self.world, self.device = rank, world, device
         self._known: set[str] = set()  # policy ids whose policy the followers have
 
     @classmethod
     def from_env(cls, device: str = "cpu") -> LearnerGroup:
-        """The group torchrun describes in $WORLD_SIZE / $RANK (a group of one without it)."""
+        """The group torchrun describes in $WORLD_SIZE / $RANK (a group of one without it). With a CUDA
+        `device` (or `auto` where CUDA is available) each process takes the GPU of its $LOCAL_RANK and the
+        group talks nccl; else gloo."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1:
             return cls()
+        cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        if cuda:
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+            torch.cuda.set_device(device)
         if not dist.is_initialized():
             # Processes 1.. wait in a collective while process 0 plays rollouts, fine-tunes or evaluates, which
             # may take hours; torchrun ends them all if process 0 fails.
-            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", timeout=timedelta(hours=12))
-        return cls(dist.get_rank(), dist.get_world_size())
+            dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=12))
+        return cls(dist.get_rank(), dist.get_world_size(), device if cuda else "cpu")
 
     @property
     def active(self) -> bool:
@@ -104,6 +110,9 @@ class LearnerGroup:
                 return
             if message[0] == "policy":
                 _, pid, policy, reference, cfg, aux_coef = message
+                for model in (policy.model, reference.model, policy.opponent_head):  # onto this process's GPU
+                    if model is not None:
+                        root_module(model).to(self.device)
                 learners[pid] = make_learner(policy, reference, cfg, aux_coef)
                 learners[pid].group = self
                 continue

@@ -87,7 +87,7 @@ def log_topology(cfg: TrainConfig, tr: Tracker, make_env: Any, out_dir: Path) ->
 def train(cfg: TrainConfig) -> TrainResult | None:
     """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag. Under torchrun
     only process 0 runs it; the others share its policy steps and return None (`marl.engine.data_parallel`)."""
-    group = LearnerGroup.from_env()
+    group = LearnerGroup.from_env(cfg.policy.device)
     if not group.leads:
         group.follow(Learner)
         return None
