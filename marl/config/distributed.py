@@ -22,6 +22,9 @@ class RayConfig(SelfChecking):
     """CPUs Ray reserves for each rollout worker (its torch threads follow, at least one)."""
     gpus_per_worker: float = 0.0
     """GPUs (or a fraction of one) Ray reserves for each rollout worker; its policies then run on that GPU."""
+    async_rollouts: bool = False
+    """Play the next iteration's episodes on the workers while the learner updates: one step off-policy, which
+    PPO's ratio against the logprobs the rollout sampled with corrects (not with an opponent pool or a curriculum)."""
     max_restarts: int = 3
     """Times Ray restarts a rollout worker whose process died; its unfinished part of an iteration is played again."""
 

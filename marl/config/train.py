@@ -132,6 +132,11 @@ class TrainConfig(SelfChecking):
         positive("iterations", self.iterations, allow_zero=True)
         positive("eval_episodes", self.eval_episodes, allow_zero=True)
         positive("rollout_workers", self.rollout_workers, allow_zero=True)
+        require(not self.ray.async_rollouts or self.rollout_workers > 0,
+                "ray.async_rollouts plays ahead on Ray rollout workers: set rollout_workers > 0")
+        require(not self.ray.async_rollouts or (self.pool.sampling == "off" and not self.curriculum.enabled),
+                "ray.async_rollouts: an opponent pool or a curriculum decides each batch from the one before; "
+                "use pool.sampling off and no curriculum, or synchronous rollouts")
         self._check_algorithm()
         return self
 

@@ -62,6 +62,16 @@ class Played:
     """Made anew each time the actor's process starts: a change means Ray restarted it."""
 
 
+@dataclass
+class Pending:
+    """A submitted collection: when it started, how many parts, which worker plays which, and their calls."""
+
+    start: float
+    parts: int
+    given: list[list[int]]
+    calls: list[tuple[int, Any]]
+
+
 def trains(policy: Any) -> bool:
     """Whether any weight of `policy` (its model, its opponent head) can change: then it ships every collection."""
     modules = [policy.model, getattr(policy, "opponent_head", None)]
@@ -210,8 +220,14 @@ class RemoteRollouts:
                 seats: Sequence[Mapping[str, str]] | None = None, variants: Sequence[str] | None = None
                 ) -> RolloutBatch:
         """`RolloutWorker.collect`, its parts played on the workers at once (see the module docstring)."""
-        import ray
+        return self.finish(self.submit(seeds, groups, greedy, sample_seed, actor, max_loops, record_state, scripted,
+                                       seats, variants))
 
+    def submit(self, seeds: Sequence[int], groups: Sequence[int] | None = None, greedy: bool = False,
+               sample_seed: int | None = None, actor: Callable[[Any, str], str] | None = None, max_loops: int = 1000,
+               record_state: bool = False, scripted: Callable[[Any, str], bool] | None = None,
+               seats: Sequence[Mapping[str, str]] | None = None, variants: Sequence[str] | None = None) -> Pending:
+        """Start a collection with the policies as they are now and return at once; `finish` waits for it."""
         start = time.perf_counter()
         parts = self.local.plan(seeds, groups, sample_seed, seats, variants, min_parts=len(self.actors))
         shipment = self._ship()
@@ -221,11 +237,17 @@ class RemoteRollouts:
         given = [list(range(k, len(parts), len(self.actors))) for k in range(len(self.actors))]
         calls = [(k, actor_.play.remote(shipment, [parts[i] for i in given[k]], options, allowance))
                  for k, actor_ in enumerate(self.actors) if given[k]]
+        return Pending(start, len(parts), given, calls)
+
+    def finish(self, pending: Pending) -> RolloutBatch:
+        """The batch of a submitted collection, once every worker has played its parts."""
+        import ray
+
         try:
-            answers = {k: ray.get(ref) for k, ref in calls}
+            answers = {k: ray.get(ref) for k, ref in pending.calls}
         except ray.exceptions.RayActorError as err:
             raise RuntimeError(f"a rollout worker died more often than ray.max_restarts allows: {err}") from err
-        ordered: list[RolloutBatch | None] = [None] * len(parts)
+        ordered: list[RolloutBatch | None] = [None] * pending.parts
         for k, played in answers.items():
             if self._incarnations[k] != played.incarnation:
                 self.restarts += 1
@@ -233,14 +255,15 @@ class RemoteRollouts:
             self._incarnations[k] = played.incarnation
             self._messages[k] = played.message_stats
             self.env_crashes += played.env_crashes
-            for i, batch in zip(given[k], played.batches, strict=True):
+            for i, batch in zip(pending.given[k], played.batches, strict=True):
                 ordered[i] = batch
+        limit = self.local.max_env_crashes
         if limit is not None and self.env_crashes > limit:
             raise EnvCrashError(f"{self.env_crashes} environment crashes over the rollout workers, more than the "
                                 f"{limit} tolerated (guards.max_env_crashes)")
         batch = concat_batches([b for b in ordered if b is not None])
         # The parts ran side by side: time is the collection's wall clock, generation its share of the parts' time.
-        wall = time.perf_counter() - start
+        wall = time.perf_counter() - pending.start
         share = wall / max(batch.seconds, 1e-9)
         return replace(batch, seconds=wall, generate_seconds=batch.generate_seconds * share,
                        env_seconds=batch.env_seconds * share)

@@ -255,16 +255,27 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
     bar = console.bar(iterable=range(first + 1, cfg.iterations + 1), desc="rl", unit="it", initial=first,
                       total=cfg.iterations)
     it, logging_s = first, None
+    ahead = None  # with ray.async_rollouts: the next iteration's collection, already under way
     with DeferredStop() as stop:
         for it in bar:
-            task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
+            t_wait = time.perf_counter()
             collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic)
-            if pool is not None:
-                batch = pool.collect(worker, task_seeds, cfg.rl.group_size, **collect)
+            if ahead is not None or cfg.ray.async_rollouts:  # the batch started last iteration, before its update
+                pending = ahead or worker.submit(*task_groups(train_seeds(rng, cfg.rl.tasks_per_iteration),
+                                                              cfg.rl.group_size), **collect)
+                if it < cfg.iterations:
+                    ahead = worker.submit(*task_groups(train_seeds(rng, cfg.rl.tasks_per_iteration), cfg.rl.group_size),
+                                          **{**collect, "sample_seed": cfg.seed * 1_000_003 + it + 1})
+                batch = worker.finish(pending)
+            elif pool is not None:
+                batch = pool.collect(worker, train_seeds(rng, cfg.rl.tasks_per_iteration), cfg.rl.group_size, **collect)
             elif curriculum is not None:
-                batch = curriculum.collect(worker, task_seeds, cfg.rl.group_size, **collect)
+                batch = curriculum.collect(worker, train_seeds(rng, cfg.rl.tasks_per_iteration), cfg.rl.group_size,
+                                           **collect)
             else:
-                batch = worker.collect(*task_groups(task_seeds, cfg.rl.group_size), **collect)
+                batch = worker.collect(*task_groups(train_seeds(rng, cfg.rl.tasks_per_iteration), cfg.rl.group_size),
+                                       **collect)
+            rollout_wait = time.perf_counter() - t_wait
             env_steps += batch.env_steps
             agent_steps += len(batch.turns)
             t0 = time.perf_counter()
@@ -280,6 +291,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
             metrics.update(merge_policy_metrics(per_policy))
             metrics["perf/update_seconds"] = time.perf_counter() - t0
             metrics["perf/rollout_seconds"] = batch.seconds
+            if isinstance(worker, RemoteRollouts) and cfg.ray.async_rollouts:  # the rollout overlapped the update
+                metrics["perf/rollout_wait_seconds"] = rollout_wait
             metrics["progress/env_steps"] = float(env_steps)
             metrics["progress/agent_steps"] = float(agent_steps)
             if curriculum is not None:

@@ -3,6 +3,7 @@ workers, a worker whose process dies is restarted and its part played again, and
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -161,3 +162,31 @@ def test_lora_adapters_per_agent_train_through_the_workers(tmp_path, user_model)
     history = mlflow.MlflowClient(result.tracking_uri).get_metric_history(result.run_id, "rollout/worker_restarts")
     assert [m.value for m in history] == [0.0, 0.0]
     assert read_meta(result.checkpoint).adapters == ("agent_0", "agent_1")
+
+
+def test_async_rollouts_need_workers_and_a_plain_loop():
+    cfg = TrainConfig()
+    cfg.ray.async_rollouts = True
+    with pytest.raises(ConfigError, match="set rollout_workers > 0"):
+        cfg.validate()
+    cfg = TrainConfig(scenario="repeated_game", agents=2, rollout_workers=2, scenario_options={"pairing": "self"})
+    cfg.ray.async_rollouts, cfg.pool.sampling = True, "uniform"
+    with pytest.raises(ConfigError, match="use pool.sampling off and no curriculum"):
+        cfg.validate()
+
+
+@pytest.mark.slow
+def test_async_rollouts_train_on_the_seeds_a_synchronous_run_draws(tmp_path):
+    runs = {}
+    for mode in (False, True):
+        cfg = tiny(tmp_path / str(mode), scenario="info_split", agents=2, rollout_workers=2)
+        cfg.iterations, cfg.ray.async_rollouts = 3, mode
+        result = train(cfg)
+        runs[mode] = mlflow.MlflowClient(result.tracking_uri), result.run_id
+    (sync_client, sync), (client, ahead) = runs[False], runs[True]  # each run its own store
+    waits = client.get_metric_history(ahead, "perf/rollout_wait_seconds")
+    assert len(waits) == 3 and not sync_client.get_metric_history(sync, "perf/rollout_wait_seconds")
+    assert all(math.isfinite(m.value) for m in client.get_metric_history(ahead, "train/policy_loss"))
+    # the first batch comes from the same weights and seeds either way; later ones from one update behind
+    first = [c.get_metric_history(run, "rollout/return_mean")[0].value for c, run in runs.values()]
+    assert first[0] == first[1]
