@@ -5,6 +5,7 @@
 - `advantages`, `algorithms`: group baselines and GAE; the registered algorithms.
 - `critic`: what a value function reads, its values and its loss.
 - `losses`, `learner`: the loss terms and the PPO-clip update that sums them.
+- `data_parallel`: the learner's policy steps shared over torch.distributed processes (torchrun).
 - `errors`: the errors the engine raises on purpose.
 
 It leaves out where configs come from, building models and scenarios (`marl.run.build`), the run
