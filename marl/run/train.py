@@ -260,21 +260,21 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
         for it in bar:
             t_wait = time.perf_counter()
             collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic)
-            if ahead is not None or cfg.ray.async_rollouts:  # the batch started last iteration, before its update
+            if cfg.ray.async_rollouts:  # this batch started last iteration, before its update; the next starts now
                 pending = ahead or worker.submit(*task_groups(train_seeds(rng, cfg.rl.tasks_per_iteration),
                                                               cfg.rl.group_size), **collect)
                 if it < cfg.iterations:
                     ahead = worker.submit(*task_groups(train_seeds(rng, cfg.rl.tasks_per_iteration), cfg.rl.group_size),
                                           **{**collect, "sample_seed": cfg.seed * 1_000_003 + it + 1})
                 batch = worker.finish(pending)
-            elif pool is not None:
-                batch = pool.collect(worker, train_seeds(rng, cfg.rl.tasks_per_iteration), cfg.rl.group_size, **collect)
-            elif curriculum is not None:
-                batch = curriculum.collect(worker, train_seeds(rng, cfg.rl.tasks_per_iteration), cfg.rl.group_size,
-                                           **collect)
             else:
-                batch = worker.collect(*task_groups(train_seeds(rng, cfg.rl.tasks_per_iteration), cfg.rl.group_size),
-                                       **collect)
+                task_seeds = train_seeds(rng, cfg.rl.tasks_per_iteration)
+                if pool is not None:
+                    batch = pool.collect(worker, task_seeds, cfg.rl.group_size, **collect)
+                elif curriculum is not None:
+                    batch = curriculum.collect(worker, task_seeds, cfg.rl.group_size, **collect)
+                else:
+                    batch = worker.collect(*task_groups(task_seeds, cfg.rl.group_size), **collect)
             rollout_wait = time.perf_counter() - t_wait
             env_steps += batch.env_steps
             agent_steps += len(batch.turns)
