@@ -42,8 +42,11 @@ class DiesOnce:
         self.marker, self.driver = marker, os.getpid()
 
     def __call__(self):
-        if os.getpid() != self.driver and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
+        if os.getpid() != self.driver:
+            try:  # created atomically: of two workers building envs at once, one dies
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return shared_info_split()
             os._exit(1)
         return shared_info_split()
 
