@@ -145,7 +145,7 @@ def test_bad_worker_settings_are_refused():
 def test_a_run_with_rollout_workers_and_an_opponent_pool_trains_and_logs_restarts(tmp_path):
     cfg = tiny(tmp_path, scenario="repeated_game", agents=2, rollout_workers=2,
                scenario_options={"pairing": "self"})
-    cfg.iterations = 3
+    cfg.iterations, cfg.sft.seconds = 3, 0.0
     cfg.pool.sampling, cfg.pool.snapshot_every = "uniform", 1  # snapshots join the pool: new policies to ship
     was_up = ray.is_initialized()
     result = train(cfg)
@@ -183,7 +183,7 @@ def test_async_rollouts_train_on_the_seeds_a_synchronous_run_draws(tmp_path):
     runs = {}
     for mode in (False, True):
         cfg = tiny(tmp_path / str(mode), scenario="info_split", agents=2, rollout_workers=2)
-        cfg.iterations, cfg.ray.async_rollouts = 3, mode
+        cfg.iterations, cfg.ray.async_rollouts, cfg.sft.seconds, cfg.eval_episodes = 3, mode, 0.0, 0
         result = train(cfg)
         runs[mode] = mlflow.MlflowClient(result.tracking_uri), result.run_id
     (sync_client, sync), (client, ahead) = runs[False], runs[True]  # each run its own store
