@@ -9,29 +9,25 @@ import signal
 import sys
 
 import mlflow
-import numpy as np
 import pytest
+import test_rollout_turn_cache
 import torch
 from run_helpers import tiny
 from test_lora_runs import lora_cfg, user_model  # noqa: F401 (a fixture)
+from test_rollout_turn_cache import setup  # noqa: F401 (a fixture: an info_split policy)
 
-import comms
-import scenarios
 from marl.config import ConfigError, TrainConfig
 from marl.engine.rollout import RolloutWorker
-from marl.run.build import build_policy
 from marl.run.checkpoint import read_meta
 from marl.run.remote import RemoteRollouts
 from marl.run.train import train
 from policies.chat import ChatFormat
 
 ray = pytest.importorskip("ray")
-# The crash factory below lives in this module, which Ray's workers cannot import: pickle it by value.
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def shared_info_split():
-    return comms.wrap(scenarios.make("info_split", n_agents=3, split="train"), "full")
+# The env factories live in test modules, which Ray's workers cannot import: pickle them by value.
+for module in (sys.modules[__name__], test_rollout_turn_cache):
+    ray.cloudpickle.register_pickle_by_value(module)
+shared_info_split = test_rollout_turn_cache._shared_info_split
 
 
 class DiesOnce:
@@ -58,15 +54,6 @@ def cluster():
     ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    cfg = TrainConfig(seed=0, scenario="info_split", agents=3)
-    cfg.policy.tokenizer_episodes = 60
-    tokenizer, _, policy = build_policy(cfg, shared_info_split, tmp_path_factory.mktemp("runs"),
-                                        np.random.default_rng(0))
-    return tokenizer, policy
-
-
 def assert_same_episodes(a, b):
     assert [e.transcript for e in a.episodes] == [e.transcript for e in b.episodes]
     assert [(e.seed, e.group, e.agent, e.env, e.ret) for e in a.episodes] == \
@@ -78,7 +65,7 @@ def assert_same_episodes(a, b):
     assert worst < 1e-4
 
 
-def test_two_workers_play_the_episodes_of_one_in_process_worker(cluster, setup):
+def test_two_workers_play_the_episodes_of_one_in_process_worker(cluster, setup):  # noqa: F811
     tokenizer, policy = setup
     chat = ChatFormat(tokenizer)
     seeds, groups = [s for s in range(4) for _ in range(2)], [g for g in range(4) for _ in range(2)]
@@ -106,7 +93,7 @@ def test_two_workers_play_the_episodes_of_one_in_process_worker(cluster, setup):
                 p.div_(0.8)
 
 
-def test_a_worker_that_dies_mid_iteration_is_restarted_and_its_part_played_again(cluster, setup, tmp_path):
+def test_a_worker_that_dies_mid_iteration_is_restarted_and_its_part_played_again(cluster, setup, tmp_path):  # noqa: F811
     tokenizer, policy = setup
     chat = ChatFormat(tokenizer)
     seeds = list(range(6))
@@ -126,7 +113,7 @@ def test_a_worker_that_dies_mid_iteration_is_restarted_and_its_part_played_again
         remote.close()
 
 
-def test_more_workers_than_the_cluster_has_cpus_is_refused_with_the_fix(cluster, setup):
+def test_more_workers_than_the_cluster_has_cpus_is_refused_with_the_fix(cluster, setup):  # noqa: F811
     tokenizer, policy = setup
     with pytest.raises(RuntimeError, match="lower rollout_workers or ray.cpus_per_worker"):
         RemoteRollouts(RolloutWorker(shared_info_split, policy, ChatFormat(tokenizer)), workers=3)
