@@ -2,8 +2,8 @@
 
 It does not know the opponent's style. It keeps a family of generic predictors of the
 opponent's next move (its last move shifted by k, my last move shifted by k, either side's most
-frequent move shifted by k, my least frequent move shifted by k, its move two, three or four
-rounds ago, my move two rounds ago), scores each on the rounds played
+frequent move shifted by k, my least frequent move shifted by k, its move two, three, four or
+five rounds ago, my move two or three rounds ago), scores each on the rounds played
 so far with exponentially decaying weights (recent rounds count more, so noise and switches
 are forgiven), and plays the move that beats the best predictor's guess. With no history it
 plays ``opening``.
@@ -33,6 +33,8 @@ def _predictions(mine: Sequence[int], theirs: Sequence[int], n: int,
     ref = _bottom(freq_mine)
     guesses.extend((ref + k) % n for k in range(n))
     guesses.append(theirs[-4] if len(theirs) >= 4 else None)
+    guesses.append(mine[-3] if len(mine) >= 3 else None)
+    guesses.append(theirs[-5] if len(theirs) >= 5 else None)
     return guesses
 
 

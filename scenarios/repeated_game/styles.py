@@ -19,14 +19,16 @@ opponent is the other side; "shifted by k" is ``shift``):
   move that beats its own last).
 - ``copy_opp_lag1``: the opponent's last move.
 - ``copy_opp_lag2``: the opponent's move of two rounds ago.
+- ``copy_opp_lag3``: the opponent's move of three rounds ago.
 - ``beat_opp_last``: the move that beats the opponent's last move.
 - ``lose_to_opp_last``: the move that loses to the opponent's last move (the one before it in
   rule order).
 - ``beat_opp_most_frequent``: the move that beats the opponent's most frequent move so far.
 - ``beat_opp_least_frequent``: the move that beats the opponent's least frequent move so far.
 - ``repeat_own_on_win``: after a won round, its own last move again.
-- ``sequence_period3`` / ``sequence_period4``: a fixed sequence of three / four moves, repeated,
-  that is neither constant nor a fixed-step cycle.
+- ``sequence_period2`` / ``sequence_period3`` / ``sequence_period4`` / ``sequence_period5``: a
+  fixed sequence of two / three / four / five moves, repeated, that is neither constant nor a
+  fixed-step cycle.
 - ``uniform_noise``: sometimes a uniformly random move instead.
 - ``uniform_random``: a uniformly random move every round.
 
@@ -276,6 +278,52 @@ class Pattern4(Style):
         return self.sequence[len(history) % 4]
 
 
+class Pattern2(Style):
+    """Alternates between two different moves."""
+
+    name = "pattern2"
+    rules = frozenset({"sequence_period2"})
+
+    def __init__(self, moves: Sequence[str], rng: np.random.Generator):
+        super().__init__(moves, rng)
+        other = shift(self.opening, int(rng.integers(1, len(self.moves))), self.moves)
+        self.sequence = (self.opening, other)
+
+    def act(self, history: History) -> str:
+        return self.sequence[len(history) % 2]
+
+
+class Pattern5(Style):
+    """Repeats a random sequence of five moves in which no three rounds in a row are constant or a fixed-step
+    cycle (so no stretch of it looks like a shorter rule)."""
+
+    name = "pattern5"
+    rules = frozenset({"sequence_period5"})
+
+    def __init__(self, moves: Sequence[str], rng: np.random.Generator):
+        super().__init__(moves, rng)
+        n = len(self.moves)
+        while True:
+            idx = [int(i) for i in rng.integers(n, size=5)]
+            steps = [(idx[(i + 1) % 5] - idx[i]) % n for i in range(5)]
+            if all(steps[i] != steps[(i + 1) % 5] for i in range(5)):
+                break
+        self.sequence = tuple(self.moves[i] for i in idx)
+
+    def act(self, history: History) -> str:
+        return self.sequence[len(history) % 5]
+
+
+class CopyLag3(Style):
+    """Copies the opponent's move of three rounds ago."""
+
+    name = "copy_lag3"
+    rules = frozenset({"copy_opp_lag3"})
+
+    def act(self, history: History) -> str:
+        return history[-3][1] if len(history) >= 3 else self.opening
+
+
 class Noisy(Style):
     """Another style whose move is replaced by a uniformly random one with probability ``eps``."""
 
@@ -311,11 +359,11 @@ class Uniform(Style):
 
 _CLASSES: tuple[type[Style], ...] = (
     Fixed, Cycle, Copy, BeatLast, Frequency, NoisyBeatLast, WinStay, WinStayLoseNext, WinStayLoseCopy, LoseToLast,
-    Pattern, Pattern4, CopyLag2, BeatLeastFrequent, Uniform,
+    Pattern, Pattern4, CopyLag2, BeatLeastFrequent, Uniform, Pattern2, Pattern5, CopyLag3,
 )
 STYLES: dict[str, type[Style]] = {c.name: c for c in _CLASSES}
 TRAIN_STYLES = ("fixed", "cycle", "copy", "beat_last", "frequency", "noisy_beat_last", "win_stay",
-                "win_stay_lose_next", "win_stay_lose_copy", "lose_to_last")
+                "win_stay_lose_next", "win_stay_lose_copy", "lose_to_last", "pattern2", "pattern5", "copy_lag3")
 HELDOUT_STYLES = ("pattern", "pattern4", "copy_lag2", "beat_least_frequent")
 PROBE_STYLES = ("uniform",)
 """Styles to measure a policy against, never trained against and not a rule to model (option ``styles``)."""

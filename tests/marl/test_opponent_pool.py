@@ -180,7 +180,8 @@ def test_a_run_against_a_pool_logs_it_grows_it_and_measures_against_it(tmp_path)
     result = train(cfg)
     client = MlflowClient(result.tracking_uri)
     sizes = [m.value for m in client.get_metric_history(result.run_id, "opponent/pool_size")]
-    assert sizes == [12.0, 13.0, 13.0]  # 11 scripted + a snapshot per iteration, capped at 2
+    scripted = len(TRAIN_STYLES) + 1  # the training styles and the expert
+    assert sizes == [scripted + 1.0, scripted + 2.0, scripted + 2.0]  # + a snapshot per iteration, capped at 2
     metrics = client.get_run(result.run_id).data.metrics
     assert 0.0 <= metrics["eval/pool/win_rate"] <= 1.0 and 0.0 <= metrics["eval/heldout/win_rate"] <= 1.0
     assert {f"eval/heldout/style/{s}/win_rate" for s in HELDOUT_STYLES} <= set(metrics)

@@ -76,7 +76,7 @@ def test_expert_beats_the_styles(split):
 
 
 # Measured over these 60 matches: every style not listed here is beaten in every match, with three or five moves.
-STYLE_FLOORS = {"noisy_beat_last": 0.7, "pattern": 0.85, "pattern4": 0.5}  # measured 0.9/0.88, 0.95/0.92, 0.63/0.77
+STYLE_FLOORS = {"noisy_beat_last": 0.7, "pattern": 0.85, "pattern4": 0.5, "pattern5": 0.15}  # measured 0.9/0.88, 0.95/0.92, 0.63/0.77, 0.22/0.53
 
 
 @pytest.mark.parametrize("moves", [MOVES3, MOVES5])
@@ -239,6 +239,8 @@ def test_training_and_heldout_styles_share_no_rule():
 RULE_CASES = [
     ("copy_lag2", MOVES3, [("rock", "paper"), ("scissors", "scissors"), ("rock", "rock")], "scissors"),
     ("copy_lag2", MOVES5, [("rock", "spock"), ("rock", "lizard")], "spock"),
+    ("copy_lag3", MOVES3, [("rock", "paper"), ("rock", "scissors"), ("rock", "rock")], "paper"),
+    ("copy_lag3", MOVES5, [("rock", "lizard"), ("rock", "spock"), ("rock", "rock"), ("rock", "paper")], "spock"),
     ("lose_to_last", MOVES3, [("rock", "paper"), ("paper", "rock")], "scissors"),
     ("lose_to_last", MOVES3, [("rock", "scissors")], "paper"),
     ("lose_to_last", MOVES5, [("rock", "rock")], "lizard"),
@@ -280,7 +282,7 @@ def test_styles_opening_and_helpers():
 def test_pattern_styles_repeat_a_sequence_that_is_not_a_cycle(moves):
     n = len(moves)
     for seed in range(50):
-        for name, period in (("pattern", 3), ("pattern4", 4)):
+        for name, period in (("pattern2", 2), ("pattern", 3), ("pattern4", 4), ("pattern5", 5)):
             style = make_style(name, np.random.default_rng(seed), moves)
             seq = style.sequence
             assert len(seq) == period
@@ -289,7 +291,9 @@ def test_pattern_styles_repeat_a_sequence_that_is_not_a_cycle(moves):
             steps = [(idx[(i + 1) % period] - idx[i]) % n for i in range(period)]
             assert steps[0] != steps[1]  # the first three rounds are neither constant nor a cycle
             if period == 4:
-                assert seq[:2] != seq[2:] and all(steps[i] != steps[(i + 1) % 4] for i in range(4))
+                assert seq[:2] != seq[2:]
+            if period >= 4:  # nor any three in a row, so no stretch looks like a shorter rule
+                assert all(steps[i] != steps[(i + 1) % period] for i in range(period))
 
 
 @pytest.mark.parametrize("moves", [MOVES3, MOVES5])
@@ -314,7 +318,8 @@ def test_options_and_registry():
     for bad, match in [({"pairing": "team"}, "pairing"), ({"rounds": 0}, "rounds"),
                        ({"first_to": 0}, "first_to"), ({"hard_frac": 2}, "hard_frac"),
                        ({"split": "easy"}, "split"), ({"reward_weights": {"task": 1}}, "valid keys"),
-                       ({"styles": ["nope"]}, "styles"), ({"styles": []}, "styles")]:
+                       ({"styles": ["nope"]}, "styles"), ({"styles": []}, "styles"),
+                       ({"history": 21}, "history"), ({"history": -1}, "history"), ({"history": True}, "history")]:
         with pytest.raises(ValueError, match=match):
             make(**bad)
     with pytest.raises(ValueError, match="n_agents"):
@@ -393,3 +398,25 @@ def test_the_uniform_probe_is_in_neither_set_and_has_no_edge():
             results.append(outcome(mine, theirs, MOVES3))
             history.append((mine, theirs))
     assert abs(np.mean(results)) < 0.05
+
+
+def test_the_history_option_lists_both_sides_recent_moves_oldest_first():
+    plain, listed = make(2, history=0), make(2, history=3)
+    for env in (plain, listed):
+        env.reset(seed=5)
+    moves = ["rock", "paper", "scissors", "paper", "rock"]
+    for k, move in enumerate(moves):
+        action = json.dumps({"move": move})
+        obs_plain = plain.step({a: action for a in plain.agents})[0]
+        obs = listed.step({a: action for a in listed.agents})[0]
+        history = listed._sides["agent_0"].history
+        assert history[-1][0] == move and "recent" not in obs_plain["agent_0"]["text"]
+        text = obs["agent_0"]["text"]
+        assert text.startswith(obs_plain["agent_0"]["text"])
+        shown = history[-3:]
+        assert text.endswith(f"recent opp: {' '.join(b for _, b in shown)}; you: {' '.join(a for a, _ in shown)}")
+        assert len(shown) == min(k + 1, 3)
+    # A forfeited round enters neither side's history, so it is not listed either.
+    before = listed._sides["agent_0"].history[-3:]
+    text = listed.step({a: "junk" for a in listed.agents})[0]["agent_0"]["text"]
+    assert text.startswith("error:") and text.endswith(f"you: {' '.join(a for a, _ in before)}")
