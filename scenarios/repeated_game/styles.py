@@ -210,9 +210,10 @@ class CopyLag2(Style):
 
     name = "copy_lag2"
     rules = frozenset({"copy_opp_lag2"})
+    lag: ClassVar[int] = 2
 
     def act(self, history: History) -> str:
-        return history[-2][1] if len(history) >= 2 else self.opening
+        return history[-self.lag][1] if len(history) >= self.lag else self.opening
 
 
 class LoseToLast(Style):
@@ -314,14 +315,12 @@ class Pattern5(Style):
         return self.sequence[len(history) % 5]
 
 
-class CopyLag3(Style):
+class CopyLag3(CopyLag2):
     """Copies the opponent's move of three rounds ago."""
 
     name = "copy_lag3"
     rules = frozenset({"copy_opp_lag3"})
-
-    def act(self, history: History) -> str:
-        return history[-3][1] if len(history) >= 3 else self.opening
+    lag = 3
 
 
 class Noisy(Style):
