@@ -77,6 +77,8 @@ def main() -> None:
     parser.add_argument("--sampled", action="store_true", help="sample at the policy temperature (default greedy)")
     parser.add_argument("--styles", nargs="+", default=None, help="default: every style")
     parser.add_argument("--rounds", type=int, default=None, help="match length (default: the checkpoint's)")
+    parser.add_argument("--in-match", choices=["checkpoint", "on", "off"], default="checkpoint",
+                        help="mix an aux+input head's shown prediction with in-match predictors (default: as trained)")
     args = parser.parse_args()
     policy = chat = None
     options: dict = {}
@@ -85,6 +87,11 @@ def main() -> None:
             parser.error("--checkpoint is needed unless --policy expert")
         policy, chat, meta = load_policy(args.checkpoint, device="cpu")
         options = {k: v for k, v in meta.scenario_options.items() if k != "styles"}
+        head = policy.opponent_head
+        if args.in_match != "checkpoint":
+            if head is None or not head.feeds_prompt:
+                parser.error("--in-match needs a checkpoint trained with opponent.mode aux+input")
+            head.in_match = args.in_match == "on"
     if args.rounds is not None:
         options["rounds"] = args.rounds
     rows = [style_row(policy, chat, s, args, options) for s in args.styles or [*TRAIN_STYLES, *HELDOUT_STYLES,
@@ -97,7 +104,8 @@ def main() -> None:
         chosen = [r for r in rows if r["set"] == subset]
         if chosen:
             summary[f"{subset}_win_rate"] = sum(r["win_rate"] for r in chosen) / len(chosen)
-            for key in ("round_win_rate/rounds_11_plus", "accuracy/rounds_11_plus", "round_result"):
+            for key in ("round_win_rate/rounds_11_plus", "accuracy/rounds_11_plus", "shown_accuracy/rounds_11_plus",
+                        "round_result"):
                 values = [r[key] for r in chosen if key in r]
                 if values:
                     summary[f"{subset}_{key}"] = sum(values) / len(values)
@@ -105,12 +113,13 @@ def main() -> None:
     def cell(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f}"
 
-    print("| style | set | win rate | round result | rounds 11+ won | accuracy (6-10) | accuracy (11+) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| style | set | win rate | round result | rounds 11+ won | head accuracy (6-10) | head accuracy (11+) "
+          "| shown accuracy (11+) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['style']} | {r['set']} | {r['win_rate']:.2f} | {r['round_result']:+.3f} | "
               f"{cell(r.get('round_win_rate/rounds_11_plus'))} | {cell(r.get('accuracy/rounds_6-10'))} | "
-              f"{cell(r.get('accuracy/rounds_11_plus'))} |")
+              f"{cell(r.get('accuracy/rounds_11_plus'))} | {cell(r.get('shown_accuracy/rounds_11_plus'))} |")
     print(json.dumps({"rows": rows, **summary}))
 
 

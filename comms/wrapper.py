@@ -199,6 +199,9 @@ class CommsWrapper(ParallelEnv):
     def opponent_actions(self, agent: str) -> dict[str, str | None]:
         return self.env.opponent_actions(agent)
 
+    def opponent_actions_revealed(self) -> bool:
+        return self.env.opponent_actions_revealed()
+
     @property
     def turn_budget_visible(self) -> bool:
         return self.env.turn_budget_visible

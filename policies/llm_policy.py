@@ -165,12 +165,14 @@ class LLMPolicy:
         seed: int | None = None,
         turn_cache: TurnCache | None = None,
         keys: Sequence[Hashable] | None = None,
+        hint_mix: Callable[[Sequence[int], torch.Tensor], torch.Tensor] | None = None,
     ) -> Generation:
         """Generate one action per prompt in one batched call (see module docstring).
 
         With `turn_cache` and one `keys` entry per prompt (e.g. `(env, agent)`), rows whose
         previous turn is in the cache prefill only their new tokens (`policies/turn_cache.py`).
-        """
+        `hint_mix(rows, probs)`, where the opponent head is `in_match`: its probabilities (`[rows, slots,
+        classes]`, rows by index) -> those the shown prediction is the argmax of (the match so far mixed in)."""
         if len(prompts) != len(grammars):
             raise ValueError(f"got {len(prompts)} prompts but {len(grammars)} grammars; pass one grammar "
                              "(or None for free text) per prompt")
@@ -221,7 +223,7 @@ class LLMPolicy:
             last, cache, attention, positions, hidden = self._prefill(prompts, pre, hidden=hinted)
             next_pos = positions[:, -1] + 1
             if hinted:  # the head's prediction, read where the prompt ends, goes in front of the action
-                hints = self._hints(head, hidden)
+                hints = self._hints(head, hidden, hint_mix)
                 feed, chunk_mask = left_padded(hints, self.pad_id, device)
                 attention = torch.cat([attention, chunk_mask.to(attention.dtype)], dim=1)
                 hint_positions = next_pos[:, None] + (chunk_mask.cumsum(-1) - 1).clamp_min(0)
@@ -281,9 +283,13 @@ class LLMPolicy:
         texts = [self.chat.decode_action([t for t in ids if t != self.end_id]) for ids in token_ids]
         return Generation(token_ids, logprobs, texts, allowed, finished, lengths, hints)
 
-    def _hints(self, head: Any, hidden: torch.Tensor) -> list[list[int]]:
+    def _hints(self, head: Any, hidden: torch.Tensor, hint_mix: Callable[..., torch.Tensor] | None = None
+               ) -> list[list[int]]:
         """Each row's prediction as prompt ids (`hint_text` of the argmax class of every slot)."""
-        predicted = head(hidden).argmax(-1).tolist()
+        scores = head(hidden)
+        if hint_mix is not None and getattr(head, "in_match", False):
+            scores = hint_mix(list(range(scores.shape[0])), scores.float().softmax(-1))
+        predicted = scores.argmax(-1).tolist()
         memo: dict[tuple[int, ...], list[int]] = {}
         return [list(memo.setdefault(tuple(row), self.chat.encode_text(hint_text(head.classes, row))))
                 for row in predicted]

@@ -10,7 +10,9 @@ trains through the head's gradient into the trunk.
 
 With `feeds_prompt` the prediction is also put in front of the agent (`aux+input`): rendered as
 text (`hint_text`: each slot's predicted class name) right after the turn's prompt, before the
-action, so the policy reads it like any other token of its context. The head reads the hidden
+action, so the policy reads it like any other token of its context. With `in_match` the shown class is
+that of a mixture of the head and predictors fitted to the match so far, which the engine supplies
+(`hint_mix`); the head itself is trained and replayed the same either way. The head reads the hidden
 state before the hint (its own prediction cannot be its input), the policy acts after it. Text
 rather than hidden features: the prediction then lives in the token stream the learner already
 replays untouched, the tokenizer keeps class names whole (they are scenario entities), and a
@@ -34,9 +36,13 @@ CONFIG = "opponent_head.json"
 class OpponentHead(torch.nn.Module):
     """Logits `[n, slots, classes]` from hidden states `[n, hidden]`."""
 
-    def __init__(self, hidden_size: int, slots: int, classes: tuple[str, ...], feeds_prompt: bool = False) -> None:
+    def __init__(self, hidden_size: int, slots: int, classes: tuple[str, ...], feeds_prompt: bool = False,
+                 in_match: bool = False) -> None:
         super().__init__()
         self.feeds_prompt = feeds_prompt
+        self.in_match = in_match
+        """With `feeds_prompt`: the shown prediction is the head's mixed with what the match so far shows
+        (the rollout's `hint_mix`), not the head's alone."""
         if slots < 1 or len(classes) < 2:
             raise ValueError(f"an opponent head needs at least one slot and two classes, got {slots} and {classes}")
         self.slots = slots
@@ -52,7 +58,8 @@ class OpponentHead(torch.nn.Module):
         folder.mkdir(parents=True, exist_ok=True)
         torch.save(self.state_dict(), folder / WEIGHTS)
         (folder / CONFIG).write_text(json.dumps({"hidden_size": self.linear.in_features, "slots": self.slots,
-                                                 "classes": list(self.classes), "feeds_prompt": self.feeds_prompt}))
+                                                 "classes": list(self.classes), "feeds_prompt": self.feeds_prompt,
+                                                 "in_match": self.in_match}))
 
     @classmethod
     def load(cls, folder: str | Path, device: torch.device | str = "cpu") -> OpponentHead | None:
@@ -62,7 +69,7 @@ class OpponentHead(torch.nn.Module):
             return None
         spec = json.loads((folder / CONFIG).read_text())
         head = cls(int(spec["hidden_size"]), int(spec["slots"]), tuple(spec["classes"]),
-                   bool(spec.get("feeds_prompt", False)))
+                   bool(spec.get("feeds_prompt", False)), bool(spec.get("in_match", False)))
         head.load_state_dict(torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True))
         return head.to(device)
 

@@ -44,8 +44,9 @@ class RandomPolicy:
         seed: int | None = None,
         turn_cache: object | None = None,
         keys: object | None = None,
+        hint_mix: object | None = None,
     ) -> Generation:
-        """Same call shape as `LLMPolicy.generate`; prompts, `greedy` and the turn cache are ignored."""
+        """Same call shape as `LLMPolicy.generate`; prompts, `greedy`, the turn cache and `hint_mix` are ignored."""
         rng = random.Random(seed) if seed is not None else self._rng
         texts = [self.act(g, rng) for g in grammars]
         n = len(texts)

@@ -106,6 +106,9 @@ class TextScenario(ParallelEnv, Capabilities):
       in the last step (the labels of an opponent model; never part of an observation). ``()``
       by default; the default ``opponent_actions`` reads the class of the last action of each slot
       that is an agent id, so a scenario whose slots are its agents only declares the slots.
+    - ``opponent_actions_revealed()``: whether the agent's next observation shows what each of its
+      slots played, so a model of them may adapt during the episode; False by default (repeated_game:
+      True).
     - ``turn_budget_visible``: whether the agent is shown its turn budget, so that running out
       of turns is an outcome of the task (terminal, value 0 after it) rather than a cut it cannot
       see (bootstrapped from the value). ``False`` by default; a scenario that says ``True`` gets a

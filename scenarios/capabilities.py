@@ -22,7 +22,8 @@ class OpponentStyles:
 
 # The optional capabilities TextScenario declares with defaults; a wrapper (comms) forwards each of these.
 CAPABILITIES: tuple[str, ...] = ("team_of", "opponent_styles", "episode_stats", "note_seen", "turn_budget_visible",
-                                 "action_classes", "action_class", "opponent_slots", "opponent_actions", "expert_turn",
+                                 "action_classes", "action_class", "opponent_slots", "opponent_actions",
+                                 "opponent_actions_revealed", "expert_turn",
                                  "action_summary", "shared_view", "scripted_action")
 
 
@@ -71,6 +72,11 @@ class Capabilities:
         never shown to ``agent``. By default a slot that is an agent id is read from its last action."""
         return {slot: self.action_class(slot, self._last_actions[slot]) if slot in self._last_actions else None
                 for slot in self.opponent_slots(agent)}
+
+    def opponent_actions_revealed(self) -> bool:
+        """Whether each agent's next observation shows it what every one of its ``opponent_slots`` played
+        (so a model of them may learn from those actions during the episode); False by default."""
+        return False
 
     def note_seen(self, agent: str, text: str) -> None:
         """``agent`` was shown ``text`` by someone else (comms); the scenario may widen its grammar. A no-op by default."""

@@ -2,7 +2,8 @@
 
 - `choices`: the closed sets of choices as `Literal` types, and what each algorithm needs.
 - `checks`: `ConfigError` and the checks every section uses.
-- `sections`: policy, warm start, RL, critic, opponent model, opponent pool, comms, resume points, tracking.
+- `sections`: policy, warm start, RL, critic, comms, resume points, tracking.
+- `opponents`: the opponent model and the opponent pool.
 - `guards`: alerts on a run going wrong, and the faults it tolerates.
 - `lora`: LoRA adapters per policy on one frozen base.
 - `curriculum`: curriculum stages and the rules that move a run between them.
@@ -18,12 +19,11 @@ from marl.config.commands import CompareConfig, EvalConfig
 from marl.config.curriculum import CurriculumConfig
 from marl.config.guards import GuardsConfig
 from marl.config.lora import LoraConfig
+from marl.config.opponents import OpponentModelConfig, OpponentPoolConfig
 from marl.config.sections import (
     CheckpointConfig,
     CommsConfig,
     CriticConfig,
-    OpponentModelConfig,
-    OpponentPoolConfig,
     PolicyConfig,
     RLConfig,
     TrackingConfig,

@@ -23,12 +23,11 @@ from marl.config.curriculum import CurriculumConfig
 from marl.config.distributed import RayConfig
 from marl.config.guards import GuardsConfig
 from marl.config.lora import LoraConfig
+from marl.config.opponents import OpponentModelConfig, OpponentPoolConfig
 from marl.config.sections import (
     CheckpointConfig,
     CommsConfig,
     CriticConfig,
-    OpponentModelConfig,
-    OpponentPoolConfig,
     PolicyConfig,
     RLConfig,
     TrackingConfig,

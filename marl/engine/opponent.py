@@ -116,13 +116,28 @@ def prediction_metrics(policies: Any, batch: RolloutBatch, prefix: str = "oppone
                 rows = torch.tensor([lo <= k + 1 <= hi for k in index], device=logits.device)
                 if bool(rows.any()):
                     _add(sums, f"/rounds_{name}", logits[rows], labels[rows])
-    out = {}
+    out = shown_metrics(batch, prefix)
     for key, (ce, correct, count) in sums.items():
         if count:
             out[f"{prefix}/accuracy{key}"] = correct / count
             if key == "":
                 out[f"{prefix}/loss"] = ce / count
     return out
+
+
+def shown_metrics(batch: RolloutBatch, prefix: str = "opponent") -> dict[str, float]:
+    """Accuracy of the predictions an in-match model showed the agents (`Turn.prediction`), overall and by
+    round bucket, as `<prefix>/shown_accuracy...`; {} where no turn has one (the head's alone were shown)."""
+    counts: dict[str, list[int]] = {}
+    for ep in batch.episodes:
+        for k, index in enumerate(ep.turns):
+            turn = batch.turns[index]
+            pairs = [(p, y) for p, y in zip(turn.prediction, turn.opponent, strict=False) if y >= 0]
+            for key in ("", f"/rounds_{round_bucket(k)}"):
+                tally = counts.setdefault(key, [0, 0])
+                tally[0] += sum(p == y for p, y in pairs)
+                tally[1] += len(pairs)
+    return {f"{prefix}/shown_accuracy{key}": hit / n for key, (hit, n) in counts.items() if n}
 
 
 def _chunks(batch: RolloutBatch, episodes: list[int], max_tokens: int) -> list[list[int]]:

@@ -16,6 +16,7 @@ curriculum that grows the team under `agent` mapping adds the newcomers' policie
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -102,6 +103,8 @@ class PolicyMap:
             if keys is not None and turn_caches is not None:
                 call["turn_cache"] = turn_caches.setdefault(pid, TurnCache())
                 call["keys"] = [keys[r] for r in rows]
+            if call.get("hint_mix") is not None:  # the mixer names rows of the whole call
+                call["hint_mix"] = functools.partial(_rows_of, call["hint_mix"], rows)
             gen = policy.generate([prompts[r] for r in rows], [grammars[r] for r in rows], **call)
             for k, r in enumerate(rows):
                 token_ids[r], logprobs[r], texts[r] = gen.token_ids[k], gen.logprobs[k], gen.texts[k]
@@ -111,6 +114,11 @@ class PolicyMap:
                 if gen.hints:
                     hints[r] = gen.hints[k]
         return Generation(token_ids, logprobs, texts, allowed, finished, prompt_tokens, hints)
+
+
+def _rows_of(hint_mix: Callable[..., Any], rows: Sequence[int], local: Sequence[int], probs: Any) -> Any:
+    """`hint_mix` called with the whole call's row indices of one policy's `local` rows."""
+    return hint_mix([rows[i] for i in local], probs)
 
 
 def single(policy: Any) -> PolicyMap:

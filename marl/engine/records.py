@@ -34,6 +34,9 @@ class Turn:
     hint_len: int = 0
     """How many of `prompt_ids`' last ids are the opponent head's prediction shown to the agent (`aux+input`):
     the head read the hidden state before them."""
+    prediction: tuple[int, ...] = ()
+    """The class shown per opponent slot where an in-match model mixed it with the head's (`in_match.py`);
+    empty otherwise (the head's own argmax is recomputed on replay)."""
 
 
 @dataclass

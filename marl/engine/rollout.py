@@ -13,6 +13,7 @@ token sets of constrained decoding, rewards and termination reasons. It leaves o
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ import numpy as np
 
 from comms import CommsWrapper
 from marl.engine.errors import EnvCrashError
+from marl.engine.in_match import InMatchModels, in_match_models, own_class
 from marl.engine.policy_map import PolicyMap, single
 from marl.engine.records import (
     HARNESS_FAULTS,
@@ -259,6 +261,7 @@ class RolloutWorker:
                 if played_by_llm(pid):
                     context[key] = self.chat.first(text)
         kinds = [env.unwrapped.kind for env in envs]
+        in_match = in_match_models(self.policies, envs[0]) if envs else None
         crashed: set[int] = set()
         gen_s = env_s = 0.0
         tokens = steps = prompted = 0
@@ -275,8 +278,10 @@ class RolloutWorker:
             if llm:
                 grammars = [envs[i].action_grammar(a) if self.policies.constrained else None for i, a in llm]
                 owners = [episodes[slot[k]].policy for k in llm]
+                mix = None if in_match is None else functools.partial(_mix_rows, in_match, llm)
                 gen = self.policies.generate([context[k] for k in llm], grammars, owners, greedy=greedy,
-                                             seed=turn_seed(sample_seed, loop), keys=llm, turn_caches=turn_caches)
+                                             seed=turn_seed(sample_seed, loop), keys=llm, turn_caches=turn_caches,
+                                             hint_mix=mix)
                 texts.update(zip(llm, gen.texts, strict=True))
                 tokens += sum(len(ids) for ids in gen.token_ids)
                 prompted += sum(len(context[k]) for k in llm)
@@ -314,6 +319,8 @@ class RolloutWorker:
                     ep.opponent.append(opponent_labels(envs[i], agent))
                     by_llm = gen is not None and row is not None
                     hint = list(gen.hints[row]) if by_llm and gen.hints else []
+                    if in_match is not None and by_llm:
+                        in_match.observe(key, ep.opponent[-1], own_class(envs[i], agent, text))
                     if hint:  # the prediction the agent was shown is part of the prompt its action answers
                         context[key] = context[key] + hint
                     turns.append(Turn(
@@ -327,6 +334,7 @@ class RolloutWorker:
                         state=state,
                         opponent=ep.opponent[-1],
                         hint_len=len(hint),
+                        prediction=in_match.take_shown(key) if in_match is not None else (),
                     ))
                     done = terms.get(agent, False) or truncs.get(agent, False)
                     if done:
@@ -349,6 +357,11 @@ class RolloutWorker:
         return RolloutBatch(turns=turns, episodes=episodes, generated_tokens=tokens, env_steps=steps,
                             seconds=time.perf_counter() - start, generate_seconds=gen_s, env_seconds=env_s,
                             reused_prompt_tokens=reused, prompt_tokens=prompted)
+
+
+def _mix_rows(in_match: InMatchModels, keys: Sequence[Any], rows: Sequence[int], probs: Any) -> Any:
+    """The policy's `hint_mix` for a generate call whose rows are `keys`."""
+    return in_match.mix([keys[r] for r in rows], probs)
 
 
 def opponent_labels(env: Any, agent: str) -> tuple[int, ...]:

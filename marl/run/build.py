@@ -23,7 +23,7 @@ import torch
 
 import comms
 import scenarios
-from marl.config import CommsConfig, PolicyConfig, TrainConfig
+from marl.config import CommsConfig, ConfigError, PolicyConfig, TrainConfig
 from marl.engine import algorithms
 from marl.engine.critic import Critic, build_critic_model
 from marl.engine.opponent import build_head
@@ -226,6 +226,10 @@ def attach_opponent_head(cfg: TrainConfig, policy: LLMPolicy, make_env: EnvFacto
     head = OpponentHead.load(cfg.policy.model, policy.device) if Path(cfg.policy.model).is_dir() else None
     policy.opponent_head = head if head is not None else build_head(policy.model, make_env(), seed=cfg.seed)
     policy.opponent_head.feeds_prompt = cfg.opponent.mode == "aux+input"  # the config decides, not the checkpoint
+    policy.opponent_head.in_match = cfg.opponent.in_match
+    if cfg.opponent.in_match and not make_env().opponent_actions_revealed():
+        raise ConfigError(f"opponent.in_match adapts to what the opponents played, which {cfg.scenario} does not "
+                          "show an agent: set opponent.in_match false")
 
 
 def attach_lora(cfg: TrainConfig, policy: LLMPolicy) -> None:

@@ -346,6 +346,9 @@ class RepeatedGameEnv(TextScenario):
     def action_class(self, agent: str, action: object) -> str | None:
         return parse_move(action, MOVES5, self.max_action_length)[0]
 
+    def opponent_actions_revealed(self) -> bool:
+        return True  # each round's result names the opponent's move
+
     def episode_stats(self, agent: str) -> dict[str, float]:
         side = self._sides.get(agent)
         if side is None:
