@@ -87,11 +87,14 @@ def main() -> None:
             parser.error("--checkpoint is needed unless --policy expert")
         policy, chat, meta = load_policy(args.checkpoint, device="cpu")
         options = {k: v for k, v in meta.scenario_options.items() if k != "styles"}
-        head = policy.opponent_head
         if args.in_match != "checkpoint":
-            if head is None or not head.feeds_prompt:
-                parser.error("--in-match needs a checkpoint trained with opponent.mode aux+input")
-            head.in_match = args.in_match == "on"
+            # a team- or agent-mapped checkpoint holds several policies, each with its own head
+            members = list(policy.policies.values()) if hasattr(policy, "policies") else [policy]
+            heads = [getattr(p, "opponent_head", None) for p in members]
+            if any(h is None or not h.feeds_prompt for h in heads):
+                parser.error("--in-match needs a checkpoint trained with opponent.mode aux+input (every policy)")
+            for head in heads:
+                head.in_match = args.in_match == "on"
     if args.rounds is not None:
         options["rounds"] = args.rounds
     rows = [style_row(policy, chat, s, args, options) for s in args.styles or [*TRAIN_STYLES, *HELDOUT_STYLES,

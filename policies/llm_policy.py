@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -287,8 +288,12 @@ class LLMPolicy:
                ) -> list[list[int]]:
         """Each row's prediction as prompt ids (`hint_text` of the argmax class of every slot)."""
         scores = head(hidden)
-        if hint_mix is not None and getattr(head, "in_match", False):
-            scores = hint_mix(list(range(scores.shape[0])), scores.float().softmax(-1))
+        if getattr(head, "in_match", False):
+            if hint_mix is not None:
+                scores = hint_mix(list(range(scores.shape[0])), scores.float().softmax(-1))
+            else:  # only a rollout worker keeps the match's history; a bare call can show the head alone
+                warnings.warn("the opponent head adapts in-match, but this call has no hint_mix (only the rollout "
+                              "worker's generation has one): the head's own prediction is shown", stacklevel=3)
         predicted = scores.argmax(-1).tolist()
         memo: dict[tuple[int, ...], list[int]] = {}
         return [list(memo.setdefault(tuple(row), self.chat.encode_text(hint_text(head.classes, row))))

@@ -98,7 +98,11 @@ class SlotModel:
         return (weights / weights.sum()) @ experts
 
     def observe(self, opponent: int, own: int) -> None:
-        """The step's classes (-1: none): the experts that predicted it gain weight, the tables learn it."""
+        """The step's classes (-1: none): the experts that predicted it gain weight, the tables learn it.
+
+        A step where either side has no class (a forfeit, a malformed action) teaches what the opponent
+        did play but leaves both histories, as `repeated_game` leaves a forfeited round out of the
+        history its styles read: a lag then still counts the rounds the opponent's rule counts."""
         if self._pending is not None and opponent >= 0:
             values, experts = self._pending
             self.log_weights = self.log_weights + np.log(np.maximum(experts[:, opponent], 1e-12))
@@ -109,8 +113,9 @@ class SlotModel:
                 if value is not None:
                     table.setdefault(value, np.zeros(self.classes))[opponent] += 1
         self._pending = None
-        self.opp.append(opponent)
-        self.own.append(own)
+        if opponent >= 0 and own >= 0:
+            self.opp.append(opponent)
+            self.own.append(own)
 
 
 class InMatchModels:
@@ -153,13 +158,15 @@ def own_class(env: Any, agent: str, text: str) -> int:
     return classes.index(name) if name in classes else -1
 
 
-def in_match_models(policies: Any, env: Any) -> InMatchModels | None:
+def in_match_models(policies: Any, envs: Sequence[Any]) -> InMatchModels | None:
     """A collection's in-match models where a policy of `policies` (a `PolicyMap`) shows its head's prediction
-    mixed in-match, else None; refused where `env`'s scenario does not reveal what the opponents played."""
+    mixed in-match, else None; refused where one of `envs` does not reveal what the opponents played."""
     heads = [getattr(p, "opponent_head", None) for p in (policies.policies.values() if policies is not None else ())]
     if not any(h is not None and h.feeds_prompt and getattr(h, "in_match", False) for h in heads):
         return None
-    if not env.opponent_actions_revealed():
-        raise ValueError(f"{type(env.unwrapped).__name__} does not show an agent what its opponents played, so "
-                         "the opponent head cannot adapt in-match: turn opponent.in_match off")
-    return InMatchModels(len(env.action_classes()))
+    for one in envs:
+        if not one.opponent_actions_revealed():
+            raise ValueError(f"{type(one.unwrapped).__name__} does not show an agent what its opponents played, so the "
+                             "opponent head cannot adapt in-match: train with opponent.in_match false, or evaluate "
+                             "the checkpoint with in-match off (repeated_game_styles.py --in-match off)")
+    return InMatchModels(len(envs[0].action_classes()))

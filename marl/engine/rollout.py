@@ -261,7 +261,7 @@ class RolloutWorker:
                 if played_by_llm(pid):
                     context[key] = self.chat.first(text)
         kinds = [env.unwrapped.kind for env in envs]
-        in_match = in_match_models(self.policies, envs[0]) if envs else None
+        in_match = in_match_models(self.policies, envs) if envs else None
         crashed: set[int] = set()
         gen_s = env_s = 0.0
         tokens = steps = prompted = 0

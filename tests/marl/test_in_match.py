@@ -21,11 +21,12 @@ import scenarios
 from marl.config import ConfigError, OpponentModelConfig, TrainConfig
 from marl.engine.in_match import InMatchModels, SlotModel, in_match_models
 from marl.engine.opponent import build_head, prediction_metrics
-from marl.engine.policy_map import single
+from marl.engine.policy_map import PolicyMap, single
 from marl.engine.rollout import RolloutWorker
 from marl.run.build import attach_opponent_head
 from policies.chat import ChatFormat
 from policies.opponent_head import OpponentHead, hint_text
+from policies.outputs import Generation
 
 UNIFORM3 = np.full(3, 1 / 3)
 
@@ -83,7 +84,25 @@ def test_a_step_without_a_valid_opponent_action_teaches_nothing():
     before = model.log_weights.copy()
     model.observe(-1, 2)
     np.testing.assert_array_equal(model.log_weights, before)
-    assert model.opp == [-1] and model.own == [2] and all(not t for t in model.tables)
+    assert model.opp == [] and model.own == [] and all(not t for t in model.tables)
+
+
+def test_a_forfeited_round_leaves_the_history_so_a_lag_still_counts_the_opponents_rounds():
+    # repeated_game leaves a forfeited round out of the history its styles read: copying the agent's move
+    # of two rounds back then skips the forfeit, and so must the lag-2 context
+    rng = np.random.default_rng(5)
+    own = [int(x) for x in rng.integers(0, 3, 24)]
+    own[12] = -1
+    kept: list[int] = []
+    opp = []
+    for mine in own:
+        opp.append(kept[-2] if len(kept) >= 2 else 0)
+        if mine >= 0:
+            kept.append(mine)
+    model = SlotModel(3)
+    shown = play(model, opp, own)
+    assert shown[13:] == opp[13:]
+    assert len(model.opp) == len(model.own) == 23
 
 
 def test_the_mixer_keeps_one_model_per_agent_and_slot_and_remembers_what_it_showed():
@@ -121,6 +140,39 @@ def test_the_rollout_shows_and_records_the_mixtures_class(adapting):
     assert "opponent/shown_accuracy/rounds_1-5" in figures and "opponent/accuracy" in figures
 
 
+def test_the_shown_class_catches_a_constant_opponent_whatever_its_move(tmp_path):
+    # each episode's `fixed` style opens with its own move, which one head cannot know in advance
+    _, make_env, tokenizer, policy = game_policy(tmp_path, tokenizer_episodes=60, styles=["fixed"])
+    policy.opponent_head = build_head(policy.model, make_env(), seed=3)
+    policy.opponent_head.feeds_prompt = policy.opponent_head.in_match = True
+    batch = RolloutWorker(make_env, policy, ChatFormat(tokenizer)).collect(list(range(6)), sample_seed=4)
+    played = {batch.turns[ep.turns[0]].opponent[0] for ep in batch.episodes}
+    assert len(played - {-1}) >= 2
+    late = [batch.turns[i].prediction[0] == batch.turns[i].opponent[0] for ep in batch.episodes
+            for i in ep.turns[4:] if batch.turns[i].opponent[0] >= 0]
+    assert late and np.mean(late) >= 0.9
+
+
+class _Recorder:
+    """A stand-in policy that calls `hint_mix` for each of its rows and records what it was given."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[int]] = []
+
+    def generate(self, prompts, grammars, hint_mix=None, **kwargs):
+        self.seen.append([int(v) for v in hint_mix(list(range(len(prompts))), torch.zeros(len(prompts), 1, 3))])
+        n = len(prompts)
+        return Generation([[]] * n, [None] * n, [""] * n, [None] * n, [True] * n, [0] * n, [])
+
+
+def test_each_policy_of_a_map_mixes_the_rows_the_whole_call_names():
+    a, b = _Recorder(), _Recorder()
+    pm = PolicyMap({"a": a, "b": b}, lambda env, agent: agent)
+    pm.generate([[1]] * 4, [None] * 4, ["b", "a", "b", "a"],
+                hint_mix=lambda rows, probs: torch.tensor(rows))
+    assert a.seen == [[1, 3]] and b.seen == [[0, 2]]
+
+
 def test_without_in_match_nothing_is_recorded_and_the_head_alone_is_shown(adapting):
     make_env, policy, chat = adapting
     policy.opponent_head.in_match = False
@@ -136,8 +188,8 @@ def test_a_scenario_that_hides_the_opponents_moves_is_refused(adapting, tmp_path
     _, policy, _ = adapting
     hidden = scenarios.make("bargaining", n_agents=2)
     assert not hidden.opponent_actions_revealed() and scenarios.make("repeated_game").opponent_actions_revealed()
-    with pytest.raises(ValueError, match="in_match off"):
-        in_match_models(single(policy), hidden)
+    with pytest.raises(ValueError, match="opponent.in_match false"):
+        in_match_models(single(policy), [hidden])
     cfg = TrainConfig(scenario="bargaining", agents=2, output_dir=str(tmp_path),
                       opponent=OpponentModelConfig(mode="aux+input", in_match=True))
     with pytest.raises(ConfigError, match="in_match false"):
