@@ -11,7 +11,9 @@ scenario must reveal the opponents' actions, `opponent_actions_revealed()`).
 Predictors (experts), each a distribution over the next action class:
 - the head (its softmax, computed by the policy from the agent's own context);
 - conditional frequencies, one per context: what the opponent played after each value of a context
-  so far in this match, smoothed (`SMOOTHING`); contexts are nothing (plain frequencies), the
+  so far in this match, smoothed toward the head's distribution (`SMOOTHING`: a context value not
+  seen yet defers to the head, and a class the head rules out, such as a move the variant does not
+  offer, keeps almost no mass); contexts are nothing (plain frequencies), the
   opponent's class `k` steps back and the agent's own `k` steps back (`k` = 1 .. `LAGS`), the pair of
   both last classes, and the most / least frequent class of either side so far. A context's table
   learns any mapping from its value to the next class (copy, "beat my last", a period of `k`), with no
@@ -36,7 +38,8 @@ import torch
 LAGS = 6
 """How many steps back a lag context reads, for the opponent's and the agent's own classes."""
 SMOOTHING = 0.25
-"""Pseudo-count per class of a conditional frequency (small: a rule seen twice is trusted)."""
+"""Pseudo-count per class of a conditional frequency, spread by the head's distribution (small: a rule
+seen twice is trusted)."""
 SHARE = 0.02
 """Fixed share: each step this part of the weight is spread back over the experts by their prior."""
 HEAD_PRIOR = 0.5
@@ -82,11 +85,12 @@ class SlotModel:
 
     def _experts(self, head: np.ndarray, values: list[Hashable | None]) -> np.ndarray:
         """`[experts, classes]`: the head's distribution, then each context's conditional frequency."""
-        uniform = np.full(self.classes, 1.0 / self.classes)
+        head = head / head.sum()
+        pseudo = SMOOTHING * self.classes
         rows = [head]
         for table, value in zip(self.tables, values, strict=True):
             counts = table.get(value) if value is not None else None
-            rows.append(uniform if counts is None else (counts + SMOOTHING) / (counts.sum() + SMOOTHING * self.classes))
+            rows.append(head if counts is None else (counts + pseudo * head) / (counts.sum() + pseudo))
         return np.stack(rows)
 
     def predict(self, head: np.ndarray) -> np.ndarray:

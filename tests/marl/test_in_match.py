@@ -68,6 +68,19 @@ def test_a_right_head_keeps_the_say_from_the_first_step():
         model.observe(y, int(rng.integers(0, 3)))
 
 
+def test_moves_the_head_rules_out_keep_no_mass_while_a_rule_takes_over():
+    # the three-move variant under five action classes: the head has learned lizard and spock never come
+    head = np.array([0.33, 0.33, 0.33, 0.005, 0.005])
+    model = SlotModel(5)
+    shown = []
+    for mine in (0, 1, 0, 2, 1):
+        shown.append(model.predict(head))
+        model.observe(2, mine)
+    mixed = model.predict(head)
+    assert [int(p.argmax()) for p in shown[2:]] == [2, 2, 2] and mixed[2] >= 0.6
+    assert all(p[3:].sum() < 0.02 for p in [*shown, mixed])
+
+
 def test_a_random_opponent_makes_no_predictor_confident():
     rng = np.random.default_rng(11)
     model = SlotModel(3)
