@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,7 @@ from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
 from policies.lean_forward import LeanForward
 from policies.lean_forward import supports as lean_supports
-from policies.opponent_head import hint_text
+from policies.opponent_head import hint_text, shown_classes
 from policies.outputs import Generation, SequenceScores
 from policies.scoring import score_spans
 from policies.turn_cache import (
@@ -286,18 +285,10 @@ class LLMPolicy:
 
     def _hints(self, head: Any, hidden: torch.Tensor, hint_mix: Callable[..., torch.Tensor] | None = None
                ) -> list[list[int]]:
-        """Each row's prediction as prompt ids (`hint_text` of the argmax class of every slot)."""
-        scores = head(hidden)
-        if getattr(head, "in_match", False):
-            if hint_mix is not None:
-                scores = hint_mix(list(range(scores.shape[0])), scores.float().softmax(-1))
-            else:  # only a rollout worker keeps the match's history; a bare call can show the head alone
-                warnings.warn("the opponent head adapts in-match, but this call has no hint_mix (only the rollout "
-                              "worker's generation has one): the head's own prediction is shown", stacklevel=3)
-        predicted = scores.argmax(-1).tolist()
+        """Each row's prediction as prompt ids (`hint_text` of the shown class of every slot)."""
         memo: dict[tuple[int, ...], list[int]] = {}
         return [list(memo.setdefault(tuple(row), self.chat.encode_text(hint_text(head.classes, row))))
-                for row in predicted]
+                for row in shown_classes(head, hidden, hint_mix)]
 
     def _forward(self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any,
                  hidden: bool = False) -> tuple[torch.Tensor, Any, torch.Tensor | None]:

@@ -25,6 +25,8 @@ It leaves out the loss weighting and the labels (the engine's).
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -72,6 +74,20 @@ class OpponentHead(torch.nn.Module):
                    bool(spec.get("feeds_prompt", False)), bool(spec.get("in_match", False)))
         head.load_state_dict(torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True))
         return head.to(device)
+
+
+def shown_classes(head: OpponentHead, hidden: torch.Tensor,
+                  hint_mix: Callable[[Sequence[int], torch.Tensor], torch.Tensor] | None = None) -> list[list[int]]:
+    """The class shown per row and slot: the head's argmax, or where the head adapts in-match the argmax of
+    `hint_mix(rows, probs)` (the rollout worker's mixture of the head with predictors fitted to the match)."""
+    scores = head(hidden)
+    if getattr(head, "in_match", False):
+        if hint_mix is not None:
+            scores = hint_mix(list(range(scores.shape[0])), scores.float().softmax(-1))
+        else:  # only a rollout worker keeps the match's history; a bare call can show the head alone
+            warnings.warn("the opponent head adapts in-match, but this call has no hint_mix (only the rollout "
+                          "worker's generation has one): the head's own prediction is shown", stacklevel=4)
+    return scores.argmax(-1).tolist()
 
 
 def hint_text(classes: tuple[str, ...], predicted: list[int]) -> str:
