@@ -10,7 +10,8 @@ holds for a few iterations rather than on one lucky batch.
 
 Per seed it prints the env steps and seconds (SFT included) each arm needs to reach each level, the
 ratio curriculum / direct measured on the same seed, each arm's best and final level, the level each
-arm stands at when both have spent the same env steps (the smaller of the two totals), and the level
+arm stands at when both have spent the same env steps (the smaller of the two totals) and the same
+seconds (the earlier of the two last points), and the level
 direct training's best: how long each arm takes to get there. With `--figure`, a PNG of both arms'
 curves against env steps and against seconds.
 
@@ -52,9 +53,10 @@ def first_reaching(curve: Curve, level: float) -> tuple[float, float] | None:
     return next(((s, t) for s, t, v in curve if v >= level - 1e-9), None)
 
 
-def level_at(curve: Curve, steps: float) -> float:
-    """Success at the last point within `steps` env steps (0 before the target team first plays)."""
-    before = [v for s, _, v in curve if s <= steps]
+def level_at(curve: Curve, budget: float, axis: int = 0) -> float:
+    """Success at the last point within `budget` env steps (axis 0) or seconds (axis 1); 0 before the
+    target team first plays."""
+    before = [p[2] for p in curve if p[axis] <= budget]
     return before[-1] if before else 0.0
 
 
@@ -103,6 +105,9 @@ def main() -> None:
                   f"{len(curve)} iterations at {args.team}, {totals[arm][i]:,.0f} env steps in all")
         equal = min(totals[d][i], totals[c][i])
         print(f"- at equal env steps ({equal:,.0f}): {d} {level_at(dc, equal):.3f}, {c} {level_at(cc, equal):.3f}")
+        same_time = min(dc[-1][1] if dc else 0.0, cc[-1][1] if cc else 0.0)
+        print(f"- at equal seconds ({same_time:.0f} s): {d} {level_at(dc, same_time, 1):.3f}, "
+              f"{c} {level_at(cc, same_time, 1):.3f}")
         best_direct = max((v for _, _, v in dc), default=0.0)
         for level in [*args.levels, best_direct]:
             hd, hc = first_reaching(dc, level), first_reaching(cc, level)
