@@ -23,6 +23,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from policies.kv_room import append_kv
 
 SUPPORTED_TYPES = frozenset({"qwen3_moe"})
 DENSE_EXPERT_MACS = 1 << 24
@@ -113,6 +116,9 @@ class LeanForward:
         cos, sin = base.rotary_emb(x, positions)
         cos, sin = cos[:, None], sin[:, None]
         mask = self._mask(attention, width)
+        # additive: SDPA would turn a bool mask into this once per layer; built once, every layer shares it
+        mask = torch.where(mask, torch.zeros((), dtype=x.dtype, device=x.device),
+                           torch.full((), float("-inf"), dtype=x.dtype, device=x.device))
         real = attention[:, -width:].reshape(-1).bool()
         every_token_real = bool(real.all())
         for index, layer in enumerate(base.layers):
@@ -153,7 +159,10 @@ class LeanForward:
         v = v.transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        keys, values = cache.update(k, v, index)
+        layers = getattr(cache, "layers", ())
+        layer = layers[index] if len(layers) > index and not getattr(cache, "offloading", False) else None
+        # a plain dynamic layer grows in place (`kv_room`); any other kind keeps its own update
+        keys, values = append_kv(layer, k, v) if type(layer) is DynamicLayer else cache.update(k, v, index)
         groups = self.heads // self.kv_heads
         if groups > 1 and q.device.type != "cpu":
             # CUDA's fused kernels take no mask with `enable_gqa`: give every query head its key/value head instead

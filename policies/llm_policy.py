@@ -34,6 +34,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
+from policies.kv_room import select_rows
 from policies.lean_forward import LeanForward
 from policies.lean_forward import supports as lean_supports
 from policies.opponent_head import hint_text, shown_classes
@@ -43,6 +44,7 @@ from policies.turn_cache import (
     Prefill,
     TurnCache,
     fresh_prefill,
+    held_rows,
     left_padded,
     put_rows_back,
     rows_movable,
@@ -259,7 +261,7 @@ class LLMPolicy:
                     if turn_cache is not None and keys is not None:
                         parked.append(([live[j] for j in idle], take_rows(cache, attention, idle)))
                     index = torch.tensor(busy, dtype=torch.long, device=device)
-                    cache.batch_select_indices(index)
+                    select_rows(cache, index)
                     attention, next_pos = attention[index], next_pos[index]
                     live = [live[j] for j in busy]
                 # Each active row feeds its new tokens (the sampled one and any the grammar forced after it)
@@ -276,7 +278,7 @@ class LLMPolicy:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
             if parked:
-                attention = put_rows_back(cache, [*parked, (live, take_rows(cache, attention, range(len(live))))])
+                attention = put_rows_back(cache, [*parked, (live, held_rows(cache, attention))])
             turn_cache.keep(keys, cache, attention, [list(p) + h + ids[:k] for p, h, ids, k in
                                                      zip(prompts, hints, token_ids, fed, strict=True)])
 

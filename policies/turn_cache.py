@@ -9,8 +9,9 @@ and the real tokens of each row (keyed by the caller, e.g. `(env index, agent)`)
 
 Rows are left-padded per call, so the kept mask has holes (padding columns between turns); the
 mask and explicit position ids (real tokens only) make that invisible to the model, the same way
-left padding is, and each reuse first compacts them away (`compact`) so that later forwards do not
-attend over them. A call reuses the cache only when every row's cached tokens are a prefix of its
+left padding is, and a reuse compacts them away (`compact`) once they are a sixteenth of the width, so
+that later forwards do not attend over many of them. Cache layers grow in place (`kv_room`): a turn
+appends to a buffer with room instead of copying the whole cache. A call reuses the cache only when every row's cached tokens are a prefix of its
 new prompt; anything else (a new episode, a row the cache has not seen) prefills from scratch.
 
 Left out: invalidation when the weights change. The caller owns a cache's lifetime and must drop
@@ -25,7 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+from transformers.cache_utils import DynamicLayer
+
+from policies.kv_room import fresh_room, select_rows
+
+COMPACT_SHARE = 16
+"""A kept cache is compacted once the columns it could drop reach 1/this of its width: attending over a few
+holes costs less than copying the whole cache to remove them."""
 
 
 @dataclass
@@ -70,34 +77,47 @@ def take_rows(cache: Any, mask: torch.Tensor, rows: Sequence[int]) -> CacheRows:
     return CacheRows([(layer.keys[index], layer.values[index]) for layer in cache.layers], mask[index])
 
 
+def held_rows(cache: Any, mask: torch.Tensor) -> CacheRows:
+    """Every row of a cache (see `rows_movable`) and its mask, as they are (no copy)."""
+    return CacheRows([(layer.keys, layer.values) for layer in cache.layers], mask)
+
+
 def put_rows_back(cache: Any, groups: Sequence[tuple[Sequence[int], CacheRows]]) -> torch.Tensor:
     """Fill `cache` in place with every group's rows, row `r` at position r (the groups' row ids cover
     0..n-1 once), each left-padded to the widest group; returns the matching mask."""
     width = max(g.mask.shape[1] for _, g in groups)
-    order = [r for rows, _ in groups for r in rows]
-    where = torch.empty(len(order), dtype=torch.long)
-    where[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
-    masks = [F.pad(g.mask, (width - g.mask.shape[1], 0)) for _, g in groups]
+    rows = sum(len(r) for r, _ in groups)
+    mask = groups[0][1].mask.new_zeros(rows, width)
     for k, layer in enumerate(cache.layers):
-        keys = [F.pad(g.layers[k][0], (0, 0, width - g.mask.shape[1], 0)) for _, g in groups]
-        values = [F.pad(g.layers[k][1], (0, 0, width - g.mask.shape[1], 0)) for _, g in groups]
-        index = where.to(keys[0].device)
-        layer.keys, layer.values = torch.cat(keys)[index], torch.cat(values)[index]
-    return torch.cat(masks)[where.to(masks[0].device)]
+        # one buffer (with room to grow: the next turn appends in place) per layer, each group written into its
+        # rows; a narrower group's padding columns are zeroed, never NaN under the mask
+        first_k, first_v = groups[0][1].layers[k]
+        keys, values = fresh_room(layer, first_k, first_v, rows, width, zeroed=False)
+        for ids, g in groups:
+            index = torch.tensor(list(ids), dtype=torch.long, device=keys.device)
+            start = width - g.mask.shape[1]
+            keys[index, :, start:] = g.layers[k][0]
+            values[index, :, start:] = g.layers[k][1]
+            if start:
+                keys[index, :, :start] = 0
+                values[index, :, :start] = 0
+    for ids, g in groups:
+        mask[torch.tensor(list(ids), dtype=torch.long, device=mask.device), width - g.mask.shape[1]:] = g.mask
+    return mask
 
 
 def compact(cache: Any, mask: torch.Tensor) -> torch.Tensor:
     """Drop the padding columns of a kept cache in place (each row's real columns, right-aligned) and return
     the matching mask. Rows are padded per call and finish at different steps, so a cache gathers holes
     that every later forward would otherwise attend over; positions live in the keys, so nothing else
-    changes. Caches with sliding-window or other non-plain layers are left as they are."""
+    changes. Fewer holes than `COMPACT_SHARE` allows stay (the mask is returned as it is). Caches with sliding-window or other non-plain layers are left as they are."""
     if not rows_movable(cache):
         return mask
     layers = cache.layers
     real = mask.bool()
     counts = real.sum(-1)
     width = int(counts.max())
-    if width == mask.shape[1]:
+    if (mask.shape[1] - width) * COMPACT_SHARE < mask.shape[1]:
         return mask
     # column j of the compacted row r takes the (j - (width - count_r))-th real column of r, or stays padding
     order = torch.sort((~real).to(torch.int8), dim=1, stable=True).indices  # real columns first, in order
@@ -109,9 +129,16 @@ def compact(cache: Any, mask: torch.Tensor) -> torch.Tensor:
         if layer.keys is None or layer.keys.numel() == 0:
             continue
         rows = src.to(layer.keys.device)[:, None, :, None]
+        old_k, old_v = layer.keys, layer.values
         # keys and values may differ in width (multi-head latent attention: DeepSeek)
-        layer.keys = layer.keys.gather(2, rows.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3]))
-        layer.values = layer.values.gather(2, rows.expand(-1, layer.values.shape[1], -1, layer.values.shape[3]))
+        index_k = rows.expand(-1, old_k.shape[1], -1, old_k.shape[3])
+        index_v = rows.expand(-1, old_v.shape[1], -1, old_v.shape[3])
+        if type(layer) is DynamicLayer:  # into a buffer with room: the next turn appends in place
+            new_k, new_v = fresh_room(layer, old_k, old_v, old_k.shape[0], width, zeroed=False)
+            torch.gather(old_k, 2, index_k, out=new_k)
+            torch.gather(old_v, 2, index_v, out=new_v)
+        else:
+            layer.keys, layer.values = old_k.gather(2, index_k), old_v.gather(2, index_v)
     return keep.to(mask.dtype)
 
 
@@ -144,9 +171,12 @@ class TurnCache:
             self.fresh_calls += 1
             return fresh_prefill(prompts, pad_id, device)
         self.reused_calls += 1
-        index = torch.tensor(rows, dtype=torch.long, device=self._mask.device)
-        self._cache.batch_select_indices(index)
-        past_mask = compact(self._cache, self._mask[index]).to(device)
+        if rows == list(range(len(self._tokens))):  # the same rows in the same order: nothing to move
+            past_mask = compact(self._cache, self._mask).to(device)
+        else:
+            index = torch.tensor(rows, dtype=torch.long, device=self._mask.device)
+            select_rows(self._cache, index)
+            past_mask = compact(self._cache, self._mask[index]).to(device)
         done = [len(self._tokens[r]) for r in rows]
         self.reused_tokens += sum(done)
         ids, mask = left_padded([list(p[n:]) for p, n in zip(prompts, done, strict=True)], pad_id, device)

@@ -1,0 +1,90 @@
+"""Appending to a transformers KV cache layer without copying it every forward.
+
+A `DynamicLayer` grows by `torch.cat`, which copies the layer's whole cache at every forward: in a
+multi-turn rollout whose conversations run to a thousand tokens, that copy costs about as much as the
+forward's arithmetic. `append_kv` keeps a buffer with spare room beside the layer and writes the new
+columns into it; the layer's `keys`/`values` are views of the buffer's filled part, so everything that
+reads or replaces them (`batch_select_indices`, the turn cache's compaction and row parking, the
+model's own forward) works unchanged. When something replaced them (a row selection copies), the next
+append moves them into a fresh buffer once.
+
+Left out: sliding-window, static and quantized layers (the caller uses `append_kv` only on plain
+dynamic layers), and giving memory back (a buffer lives as long as its layer's rows do).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+_ROOM = "_marl_kv_room"
+"""The attribute holding a layer's (keys buffer, values buffer)."""
+
+
+def _room_for(width: int) -> int:
+    # half again as much, and at least a decoding turn's worth: a rollout turn adds tens of columns
+    return width + max(width // 2, 64)
+
+
+def _holds(buffer: torch.Tensor, view: torch.Tensor) -> bool:
+    """Whether `view` is the filled front of `buffer` (same storage start, rows, heads and strides)."""
+    return (view.data_ptr() == buffer.data_ptr() and view.shape[:2] == buffer.shape[:2]
+            and view.shape[3] == buffer.shape[3] and view.stride() == buffer.stride()
+            and view.dtype == buffer.dtype and view.device == buffer.device)
+
+
+def append_kv(layer: Any, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append `keys`/`values` [rows, heads, new, dim] to a dynamic cache layer; returns the layer's whole
+    keys and values (what `layer.update` returns), as views of a buffer with room to grow."""
+    if not getattr(layer, "is_initialized", False):
+        layer.lazy_initialization(keys, values)
+    held_k, held_v = layer.keys, layer.values
+    past = held_k.shape[2] if held_k.dim() == 4 else 0
+    width = past + keys.shape[2]
+    room = getattr(layer, _ROOM, None)
+    fits = (room is not None and past > 0 and _holds(room[0], held_k) and _holds(room[1], held_v)
+            and room[0].shape[2] >= width)
+    if not fits:
+        rows, _, _, _ = keys.shape
+        buffer_k = keys.new_empty(rows, keys.shape[1], _room_for(width), keys.shape[3])
+        buffer_v = values.new_empty(rows, values.shape[1], _room_for(width), values.shape[3])
+        if past:
+            buffer_k[:, :, :past] = held_k
+            buffer_v[:, :, :past] = held_v
+        room = (buffer_k, buffer_v)
+        setattr(layer, _ROOM, room)
+    room[0][:, :, past:width] = keys
+    room[1][:, :, past:width] = values
+    layer.keys, layer.values = room[0][:, :, :width], room[1][:, :, :width]
+    return layer.keys, layer.values
+
+
+def fresh_room(layer: Any, like_keys: torch.Tensor, like_values: torch.Tensor, rows: int, width: int,
+               zeroed: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Give a dynamic cache layer new keys/values of `rows` x `width` columns (heads, dim, dtype and device as
+    `like_*`), with room to grow; returns them (the layer's views) for the caller to fill in place. `zeroed`
+    False leaves them unset: for a caller that writes every column."""
+    make = torch.Tensor.new_zeros if zeroed else torch.Tensor.new_empty
+    room = tuple(make(like, (rows, like.shape[1], _room_for(width), like.shape[3]))
+                 for like in (like_keys, like_values))
+    setattr(layer, _ROOM, room)
+    layer.keys, layer.values = room[0][:, :, :width], room[1][:, :, :width]
+    return layer.keys, layer.values
+
+
+def select_rows(cache: Any, index: torch.Tensor) -> None:
+    """`cache.batch_select_indices(index)`, writing a plain dynamic layer's chosen rows into a buffer with room
+    (the next append then writes in place instead of copying them again)."""
+    if type(cache) is not DynamicCache:
+        cache.batch_select_indices(index)
+        return
+    for layer in cache.layers:
+        if type(layer) is not DynamicLayer or not getattr(layer, "is_initialized", False) or layer.keys.dim() != 4:
+            layer.batch_select_indices(index)
+            continue
+        old_k, old_v = layer.keys, layer.values
+        new_k, new_v = fresh_room(layer, old_k, old_v, len(index), old_k.shape[2], zeroed=False)
+        torch.index_select(old_k, 0, index, out=new_k)
+        torch.index_select(old_v, 0, index, out=new_v)
