@@ -156,13 +156,33 @@ class ChatFormat:
         """Plain text to ids, no special tokens added."""
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
 
+    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Many plain texts to ids in one tokenizer call (a fast tokenizer encodes a batch at once); each
+        list equals `encode_text` of its text."""
+        if not texts:
+            return []
+        encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [list(ids) if text else [] for text, ids in zip(texts, encoded, strict=True)]
+
+    def _prompt_text(self, turn: int, obs_text: str) -> str:
+        p = self.pieces
+        return p.head + obs_text + p.opener if turn == 0 else p.between + obs_text + p.later_opener
+
     def first(self, obs_text: str) -> list[int]:
         """Prompt of turn 1: the template's head, the observation, and the assistant header."""
-        return self.encode_text(self.pieces.head + obs_text + self.pieces.opener)
+        return self.encode_text(self._prompt_text(0, obs_text))
 
     def next(self, obs_text: str) -> list[int]:
         """What follows an action's end token: the next observation's message and the assistant header."""
-        return self.encode_text(self.pieces.between + obs_text + self.pieces.later_opener)
+        return self.encode_text(self._prompt_text(1, obs_text))
+
+    def first_many(self, obs_texts: Sequence[str]) -> list[list[int]]:
+        """`first` of each observation, in one tokenizer call."""
+        return self.encode_texts([self._prompt_text(0, t) for t in obs_texts])
+
+    def next_many(self, obs_texts: Sequence[str]) -> list[list[int]]:
+        """`next` of each observation, in one tokenizer call."""
+        return self.encode_texts([self._prompt_text(1, t) for t in obs_texts])
 
     def encode_action(self, text: str) -> list[int]:
         """An action as generation would produce it: its ids then `end_id` (for demonstrations)."""
@@ -197,8 +217,8 @@ class ChatFormat:
         input_ids: list[int] = []
         mask: list[int] = []
         starts: list[int] = []
-        for turn, obs in enumerate(observations):
-            prompt = self.first(obs) if turn == 0 else self.next(obs)
+        prompts = self.encode_texts([self._prompt_text(turn, obs) for turn, obs in enumerate(observations)])
+        for turn, prompt in enumerate(prompts):
             input_ids += prompt
             mask += [0] * len(prompt)
             if turn < len(actions):

@@ -235,7 +235,7 @@ class RolloutWorker:
         turns: list[Turn] = []
         slot: dict[tuple[int, str], int] = {}
         context: dict[tuple[int, str], list[int]] = {}
-        last_obs: dict[tuple[int, str], str] = {}
+        first: list[tuple[tuple[int, str], str]] = []  # the LLM agents' first observations, tokenized together
         for i, (env, seed) in enumerate(zip(envs, seeds, strict=True)):
             try:
                 observations, _ = env.reset(seed=int(seed))
@@ -256,10 +256,11 @@ class RolloutWorker:
                                         team=team_name(env, agent), variant=variants[i] if variants else "",
                                         budget_visible=bool(env.turn_budget_visible)))
                 text = observations[agent]["text"]
-                last_obs[key] = text
                 episodes[slot[key]].transcript.append(("observation", text))
                 if played_by_llm(pid):
-                    context[key] = self.chat.first(text)
+                    first.append((key, text))
+        if first:  # scripted-only workers have no chat format
+            context.update(zip([k for k, _ in first], self.chat.first_many([t for _, t in first]), strict=True))
         kinds = [env.unwrapped.kind for env in envs]
         in_match = in_match_models(self.policies, envs) if envs else None
         crashed: set[int] = set()
@@ -293,6 +294,7 @@ class RolloutWorker:
             gen_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             per_env: dict[int, dict[str, str]] = {}
+            follow: list[tuple[tuple[int, str], str]] = []  # next observations of LLM agents, tokenized together
             row_of = {key: row for row, key in enumerate(llm)}  # the generate call's row of each LLM agent
             for key in live:
                 per_env.setdefault(key[0], {})[key[1]] = texts[key]
@@ -348,7 +350,11 @@ class RolloutWorker:
                     text_obs = obs[agent]["text"]
                     ep.transcript.append(("observation", text_obs))
                     if by_llm:
-                        context[key] = context[key] + list(gen.token_ids[row]) + self.chat.next(text_obs)
+                        context[key] = context[key] + list(gen.token_ids[row])
+                        follow.append((key, text_obs))
+            if follow:
+                for (key, _), ids in zip(follow, self.chat.next_many([t for _, t in follow]), strict=True):
+                    context[key] += ids
             env_s += time.perf_counter() - t0
         else:
             raise RuntimeError(f"rollout did not end within {max_loops} turns: the scenario's max_turns is not enforced")

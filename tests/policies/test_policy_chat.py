@@ -43,3 +43,12 @@ def test_id_actions_and_trailing_observation(tokenizer):
     assert sum(mask) == len(chat.encode_action("x"))
     with pytest.raises(ValueError, match="observation"):
         chat.conversation(["a"], ["x", "y"])
+
+
+def test_batched_encoding_matches_one_text_at_a_time(tokenizer):
+    chat = ChatFormat(tokenizer)
+    texts = ["Task: weather in Paris on mon?", "", "Result: 21C  twice  spaced", "x" * 300, "Result: ok 42\nturn 2"]
+    assert chat.encode_texts(texts) == [chat.encode_text(t) for t in texts]
+    assert chat.first_many(texts) == [chat.first(t) for t in texts]
+    assert chat.next_many(texts) == [chat.next(t) for t in texts]
+    assert chat.encode_texts([]) == []
