@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks beside this one
+from tree_pairs import pairs  # noqa: E402
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
@@ -78,17 +77,6 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             "peak_rss_gb": peak_rss_gb(), "threads": torch.get_num_threads()}
 
 
-def run_child(tree: Path, args: argparse.Namespace) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--checkpoint", args.checkpoint,
-           "--scenario", args.scenario, "--agents", str(args.agents), "--algo", args.algo,
-           "--iterations", str(args.iterations), "--seed", str(args.seed)]
-    out = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"the measurement on {tree} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, help="a `marl train` checkpoint folder (the warm start)")
@@ -104,14 +92,11 @@ def main() -> None:
     if args.child or args.vs is None:
         print(json.dumps(measure(args)), flush=True)
         return
-    ratios, ours, theirs = [], [], []
-    for r in range(args.rounds):
-        a, b = run_child(HERE, args), run_child(args.vs.resolve(), args)
-        ours.append(a)
-        theirs.append(b)
-        ratios.append(a["episodes_per_s"] / b["episodes_per_s"])
-        print(f"round {r}: ours {json.dumps(a)}\n         base {json.dumps(b)}\n         ratio {ratios[-1]:.2f}x",
-              flush=True)
+    argv = ["--checkpoint", args.checkpoint, "--scenario", args.scenario, "--agents", str(args.agents),
+            "--algo", args.algo, "--iterations", str(args.iterations), "--seed", str(args.seed)]
+    measured = pairs(__file__, args.vs, argv, args.rounds)
+    ours, theirs = [a for a, _ in measured], [b for _, b in measured]
+    ratios = [a["episodes_per_s"] / b["episodes_per_s"] for a, b in measured]
     print("| tree | rollout s | update s | episodes/s | peak RSS GB |")
     print("|---|---|---|---|---|")
     for name, rows in (("this", ours), ("baseline", theirs)):

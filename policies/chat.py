@@ -41,6 +41,27 @@ class Conversation(NamedTuple):
     """Index of each action's first id (the id before it ends the prompt the action answers)."""
 
 
+class Dialogue(NamedTuple):
+    """What `ChatFormat.conversation` lays out: observations, actions (text or ids), trained flags, hints."""
+
+    observations: Sequence[str]
+    actions: Sequence[str | Sequence[int]]
+    trained: Sequence[bool] | None = None
+    hints: Sequence[Sequence[int]] | None = None
+
+
+def _check(ep: Dialogue) -> None:
+    if ep.trained is not None and len(ep.trained) != len(ep.actions):
+        raise ValueError(f"got {len(ep.trained)} trained flags for {len(ep.actions)} actions")
+    if ep.hints is not None and len(ep.hints) != len(ep.actions):
+        raise ValueError(f"got {len(ep.hints)} hints for {len(ep.actions)} actions")
+    if len(ep.observations) not in (len(ep.actions), len(ep.actions) + 1) or not ep.observations:
+        raise ValueError(
+            f"got {len(ep.observations)} observations and {len(ep.actions)} actions; a conversation needs "
+            "one observation before each action (optionally one more at the end)"
+        )
+
+
 class TemplatePieces(NamedTuple):
     """The text a chat template puts around observations and actions."""
 
@@ -122,6 +143,20 @@ def template_pieces(tokenizer: PreTrainedTokenizerBase) -> TemplatePieces:
     raise ValueError("cannot lay out a multi-turn conversation with this chat template; " + "; ".join(problems))
 
 
+def _batch_backend(tokenizer: PreTrainedTokenizerBase, probe: str) -> Any | None:
+    """A fast tokenizer's Rust tokenizer, which encodes a batch without transformers' per-text bookkeeping, where
+    it gives the ids transformers does on `probe`; else None (the tokenizer's own call is used)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is None:
+        return None
+    try:
+        same = backend.encode_batch([probe], add_special_tokens=False)[0].ids == \
+            list(tokenizer.encode(probe, add_special_tokens=False))
+    except Exception:  # a backend that will not encode this way: keep transformers' path
+        return None
+    return backend if same else None
+
+
 class ChatFormat:
     """Builds prompt pieces and whole conversations as id lists for one tokenizer and its chat template."""
 
@@ -129,6 +164,7 @@ class ChatFormat:
         self.tokenizer = tokenizer
         self.pieces = template_pieces(tokenizer)
         p = self.pieces
+        self._backend = _batch_backend(tokenizer, p.head + "Task: Paris  on\nmon? 21C" + p.opener)
         self._opener = self.encode_text(p.opener)
         end = self.encode_text(p.end)
         if len(end) != 1 or not self._opener or self.encode_text(p.later_opener)[-1:] != self._opener[-1:]:
@@ -161,7 +197,10 @@ class ChatFormat:
         list equals `encode_text` of its text."""
         if not texts:
             return []
-        encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        if self._backend is not None:
+            encoded = [e.ids for e in self._backend.encode_batch(list(texts), add_special_tokens=False)]
+        else:
+            encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
         return [list(ids) if text else [] for text, ids in zip(texts, encoded, strict=True)]
 
     def _prompt_text(self, turn: int, obs_text: str) -> str:
@@ -205,31 +244,40 @@ class ChatFormat:
         (ids, masked 0) go between the prompt and action i: what the agent was shown before acting (an
         opponent model's prediction), so `action_starts` lie after them.
         """
-        if trained is not None and len(trained) != len(actions):
-            raise ValueError(f"got {len(trained)} trained flags for {len(actions)} actions")
-        if hints is not None and len(hints) != len(actions):
-            raise ValueError(f"got {len(hints)} hints for {len(actions)} actions")
-        if len(observations) not in (len(actions), len(actions) + 1) or not observations:
-            raise ValueError(
-                f"got {len(observations)} observations and {len(actions)} actions; a conversation needs "
-                "one observation before each action (optionally one more at the end)"
-            )
+        return self.conversations([Dialogue(observations, actions, trained, hints)])[0]
+
+    def conversations(self, episodes: Sequence[Dialogue]) -> list[Conversation]:
+        """`conversation` of each episode, every prompt and every action given as text of all of them encoded in
+        one tokenizer call (a batch of demonstrations tokenizes at once)."""
+        texts: list[str] = []
+        for ep in episodes:
+            _check(ep)
+            texts += [self._prompt_text(turn, obs) for turn, obs in enumerate(ep.observations)]
+            texts += [str(a) for a in ep.actions if isinstance(a, str)]
+        encoded = iter(self.encode_texts(texts))
+        out = []
+        for ep in episodes:
+            prompts = [next(encoded) for _ in ep.observations]
+            written = {k: [*next(encoded), self.end_id] for k, a in enumerate(ep.actions) if isinstance(a, str)}
+            out.append(self._assemble(ep, prompts, written))
+        return out
+
+    @staticmethod
+    def _assemble(ep: Dialogue, prompts: list[list[int]], written: dict[int, list[int]]) -> Conversation:
         input_ids: list[int] = []
         mask: list[int] = []
         starts: list[int] = []
-        prompts = self.encode_texts([self._prompt_text(turn, obs) for turn, obs in enumerate(observations)])
         for turn, prompt in enumerate(prompts):
             input_ids += prompt
             mask += [0] * len(prompt)
-            if turn < len(actions):
-                if hints is not None:
-                    input_ids += list(hints[turn])
-                    mask += [0] * len(hints[turn])
+            if turn < len(ep.actions):
+                if ep.hints is not None:
+                    input_ids += list(ep.hints[turn])
+                    mask += [0] * len(ep.hints[turn])
                 starts.append(len(input_ids))
-                action = actions[turn]
-                ids = self.encode_action(action) if isinstance(action, str) else list(action)
+                ids = written[turn] if turn in written else list(ep.actions[turn])
                 input_ids += ids
-                mask += [int(trained is None or bool(trained[turn]))] * len(ids)
+                mask += [int(ep.trained is None or bool(ep.trained[turn]))] * len(ids)
         return Conversation(input_ids, mask, starts)
 
     def describe(self) -> dict[str, Any]:

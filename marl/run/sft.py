@@ -29,6 +29,7 @@ from marl.config import WarmStartConfig
 from marl.engine.opponent import DemoHints
 from marl.engine.rollout import Episode, RolloutWorker, expert_actor
 from marl.engine.sequences import demonstration_batch
+from policies.chat import Dialogue
 from policies.opponent_head import opponent_loss
 from policies.random_policy import RandomPolicy
 
@@ -76,18 +77,21 @@ def conversations(chat: Any, episodes: list[Episode], hints: DemoHints | None = 
     action's, perturbations too: what the others played does not depend on who chose ours). With
     `hints` (`aux+input`), each action follows a shown prediction of that step, which the prompt end
     precedes (the head reads before it, as in a rollout)."""
-    input_ids, masks, ends, labels = [], [], [], []
+    dialogues, labels = [], []
     for ep in filter(imitable, episodes):
         observations = [text for role, text in ep.transcript if role == "observation"]
         actions = [text for role, text in ep.transcript if role == "action"]
         trained = [not isinstance(a, Perturbation) for a in actions]
         steps = list(ep.opponent) if len(ep.opponent) == len(actions) else [()] * len(actions)
         shown = [hints.ids(chat, step) for step in steps] if hints is not None else None
-        conv = chat.conversation(observations, actions, trained=trained, hints=shown)
+        dialogues.append(Dialogue(observations, actions, trained, shown))
+        labels.append(steps)
+    input_ids, masks, ends = [], [], []
+    for dialogue, conv in zip(dialogues, chat.conversations(dialogues), strict=True):
+        shown = dialogue.hints
         input_ids.append(list(conv.input_ids))
         masks.append([int(m) for m in conv.mask])
         ends.append([start - 1 - (len(shown[k]) if shown else 0) for k, start in enumerate(conv.action_starts)])
-        labels.append(steps)
     return {"input_ids": input_ids, "assistant_masks": masks, "prompt_ends": ends, "opponent": labels}
 
 

@@ -5,7 +5,10 @@ parameters with types, enums and ``required``) so the same list can be handed to
 chat template. Backends read the task's ``World`` and return one line of text.
 ``call_tool`` runs a backend under a crash guard and a real time limit (``deadline.py``): a backend
 that raises is a harness ``error``; one that has not answered within the limit is a ``timeout`` at
-the limit (the caller stops waiting; a hung backend does not hang the run); neither escapes.
+the limit (the caller stops waiting; a hung backend does not hang the run); neither escapes. The
+built-in backends are pure lookups in the world that cannot block, so they run on the caller's thread
+(the hand-off to the deadline worker would cost more than the call); any backend put in their place
+runs under the limit.
 
 It leaves out argument validation against the agent's text (``actions.py``) and rewards
 (``env.py``).
@@ -129,6 +132,9 @@ BACKENDS: dict[str, Callable[[World, dict[str, str]], str]] = {
 }
 
 
+_BUILT_IN = frozenset(BACKENDS.values())
+
+
 @dataclass(frozen=True)
 class ToolResult:
     text: str
@@ -143,7 +149,10 @@ def call_tool(world: World, name: str, args: dict[str, str], timeout_s: float) -
         return ToolResult(f"tool failed: {name} is temporarily unavailable, retry the same call", transient=True)
     backend, call_args = BACKENDS[name], dict(args)
     try:
-        text = call_with_deadline(lambda: backend(world, call_args), timeout_s)
+        if backend in _BUILT_IN:
+            text = backend(world, call_args)
+        else:
+            text = call_with_deadline(lambda: backend(world, call_args), timeout_s)
     except DeadlineExceeded:
         return ToolResult(f"tool {name} timed out; episode ended", fault="timeout")
     except Exception as exc:  # noqa: BLE001 - a broken backend is a harness fault, not the agent's

@@ -259,3 +259,23 @@ def test_entities_never_inside_ordinary_words():
                 words |= {w for w in re.findall(r"[A-Za-z0-9]+", t) if w not in KIND_OF}
     for w in words:
         assert not any(e in w for e in long_entities), w
+
+
+def test_only_replaced_backends_run_under_the_deadline(monkeypatch):
+    """The built-in backends cannot block and run inline; a backend put in their place gets the time limit."""
+    handed_off = []
+    real = tools.call_with_deadline
+
+    def counting(fn, timeout_s):
+        handed_off.append(timeout_s)
+        return real(fn, timeout_s)
+
+    monkeypatch.setattr(tools, "call_with_deadline", counting)
+    env, _ = _weather_env()
+    _, _, term, _, _ = env.step({"agent_0": env.expert_action("agent_0")})
+    assert not term["agent_0"] and handed_off == []
+    original = tools.BACKENDS["get_weather"]
+    monkeypatch.setitem(tools.BACKENDS, "get_weather", lambda world, args: original(world, args))
+    env, _ = _weather_env()
+    _, _, term, _, _ = env.step({"agent_0": env.expert_action("agent_0")})
+    assert not term["agent_0"] and len(handed_off) == 1
