@@ -1,6 +1,6 @@
 """Information split (``info_split``): a team solves ONE tool-use task whose facts and tools are dealt among its agents.
 
-**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [2, 8], cooperative. Each episode draws one
+**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [2, 16], cooperative. Each episode draws one
 team task (a question over the mock tool-use world: weather, flights, booking, currency,
 calendar; ``tasks.py``). Its *pieces* (the facts the question leaves out, like the event or
 the payment currency, and the tools of its solution path) are dealt round-robin in a seeded
@@ -171,7 +171,7 @@ class InfoSplitEnv(TextScenario):
     metadata = {"render_modes": ["ansi"], "name": "info_split", "is_parallelizable": True}
     description = "A team answers one tool-use question whose facts and tools are split among its agents."
     kind = "cooperative"
-    agent_range = (2, 8)
+    agent_range = (2, 16)
     splits = SPLITS
     options_cls = InfoSplitOptions
     default_reward_weights = {"format": 0.2, "contribution": 1.0, "task": 1.0}

@@ -1,6 +1,6 @@
 """Repeated game (``repeated_game``): zero-sum rock-paper-scissors matches against scripted styles or each other.
 
-**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [2, 8]. With option ``pairing="scripted"``
+**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [2, 16]. With option ``pairing="scripted"``
 (default) each agent plays its own match against a scripted opponent whose style (see
 ``styles.py``: fixed, cycle, copy, beat_last, frequency, noisy_beat_last, win_stay,
 win_stay_lose_next, win_stay_lose_copy, lose_to_last, pattern2, pattern5, copy_lag3; held out,
@@ -188,7 +188,7 @@ class RepeatedGameEnv(TextScenario):
     metadata = {"render_modes": ["ansi"], "name": "repeated_game", "is_parallelizable": True}
     description = "Win a repeated rock-paper-scissors match against scripted styles or another agent."
     kind = "competitive"
-    agent_range = (2, 8)
+    agent_range = (2, 16)
     splits = SPLITS
     options_cls = RepeatedGameOptions
     default_reward_weights = {"round": 0.1, "match": 1.0, "format": 0.2}

@@ -1,6 +1,6 @@
 """Tool use (``tool_use``): each agent solves its own question by calling mock tools, then answers.
 
-**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [1, 8]. Every agent gets its own independent
+**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [1, 16]. Every agent gets its own independent
 task drawn from the episode seed; agents finish at different times and then leave ``agents``.
 With one agent this is plain single-agent tool calling.
 
@@ -106,7 +106,7 @@ class ToolUseEnv(TextScenario):
     metadata = {"render_modes": ["ansi"], "name": "tool_use", "is_parallelizable": True}
     description = "Answer a question by calling mock tools (weather, flights, booking, currency, calendar)."
     kind = "single"
-    agent_range = (1, 8)
+    agent_range = (1, 16)
     splits = SPLITS
     options_cls = ToolUseOptions
     default_reward_weights = {"format": 0.2, "tool_choice": 0.1, "arguments": 0.1, "task": 1.0}

@@ -211,9 +211,9 @@ def test_observations_shared_by_comms_finish_faster_and_more_often():
 
 def test_options_validation_and_registry():
     info = scenarios.info("info_split")
-    assert (info.kind, info.agent_range, info.splits) == ("cooperative", (2, 8), ("train", "basic", "hard"))
+    assert (info.kind, info.agent_range, info.splits) == ("cooperative", (2, 16), ("train", "basic", "hard"))
     assert info.description and InfoSplitEnv.metadata["name"] == "info_split"
-    bad = [({"n_agents": 1}, "n_agents"), ({"n_agents": 9}, "n_agents"), ({"turn_slack": -1}, "turn_slack"),
+    bad = [({"n_agents": 1}, "n_agents"), ({"n_agents": 17}, "n_agents"), ({"turn_slack": -1}, "turn_slack"),
            ({"individual_weight": 1.5}, "individual_weight"), ({"individual_weight": True}, "individual_weight"),
            ({"train_mix": (1.0,)}, "train_mix"), ({"train_mix": (0, 0)}, "train_mix"),
            ({"tool_timeout_s": 0}, "tool_timeout_s"), ({"split": "adversarial"}, "split"),

@@ -174,7 +174,7 @@ def test_first_observation_says_who_and_what():
 
 def test_options_and_registry():
     info = scenarios.info("repeated_game")
-    assert (info.kind, info.agent_range, info.splits) == ("competitive", (2, 8), ("train", "basic", "heldout", "hard"))
+    assert (info.kind, info.agent_range, info.splits) == ("competitive", (2, 16), ("train", "basic", "heldout", "hard"))
     assert info.description and make().metadata["name"] == "repeated_game"
     for bad, match in [({"pairing": "team"}, "pairing"), ({"rounds": 0}, "rounds"),
                        ({"first_to": 0}, "first_to"), ({"hard_frac": 2}, "hard_frac"),

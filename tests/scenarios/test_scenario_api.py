@@ -9,7 +9,7 @@ from scenarios.tool_use import ToolUseEnv
 def test_registry_and_options_errors():
     assert "tool_use" in scenarios.names()
     info = scenarios.info("tool_use")
-    assert (info.kind, info.agent_range) == ("single", (1, 8)) and info.description
+    assert (info.kind, info.agent_range) == ("single", (1, 16)) and info.description
     with pytest.raises(ValueError, match="tool_use"):
         scenarios.make("nope")
     with pytest.raises(ValueError, match="registered"):
@@ -19,7 +19,7 @@ def test_registry_and_options_errors():
     with pytest.raises(ValueError, match="valid options"):
         scenarios.make("tool_use", colour="red")
     with pytest.raises(ValueError, match="n_agents"):
-        scenarios.make("tool_use", n_agents=9)
+        scenarios.make("tool_use", n_agents=17)
     with pytest.raises(ValueError, match="valid keys"):
         scenarios.make("tool_use", reward_weights={"style": 1.0})
     with pytest.raises(ValueError, match="split must be one of"):
