@@ -52,3 +52,18 @@ def test_batched_encoding_matches_one_text_at_a_time(tokenizer):
     assert chat.first_many(texts) == [chat.first(t) for t in texts]
     assert chat.next_many(texts) == [chat.next(t) for t in texts]
     assert chat.encode_texts([]) == []
+
+
+def test_many_conversations_equal_each_alone(tokenizer):
+    from policies.chat import Dialogue
+
+    chat = ChatFormat(tokenizer)
+    ids_action = chat.encode_action("done")
+    dialogues = [
+        Dialogue(["Task: weather in Paris?", "Result: 21C"], ["get_weather(Paris)", "answer(21C)"]),
+        Dialogue(["Result: ok 42", "x", "trailing"], [ids_action, ""], trained=[True, False], hints=[[5, 6], []]),
+        Dialogue(["only an observation"], []),
+    ]
+    together = chat.conversations(dialogues)
+    assert together == [chat.conversation(*d) for d in dialogues]
+    assert together[1].input_ids[together[1].action_starts[0]:][:len(ids_action)] == ids_action
