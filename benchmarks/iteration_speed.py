@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks beside this one
-from tree_pairs import pairs  # noqa: E402
+from tree_pairs import add_pair_arguments, pairs  # noqa: E402
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
@@ -84,10 +84,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=1)
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--iterations", type=int, default=2, help="timed iterations after one warm-up")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--vs", type=Path, help="a baseline checkout to measure alternately with this tree")
-    parser.add_argument("--rounds", type=int, default=3, help="measurements of each tree with --vs")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_pair_arguments(parser)
     args = parser.parse_args()
     if args.child or args.vs is None:
         print(json.dumps(measure(args)), flush=True)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks beside this one
-from tree_pairs import pairs  # noqa: E402
+from tree_pairs import add_pair_arguments, pairs  # noqa: E402
 
 
 def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
@@ -87,10 +87,7 @@ def main() -> None:
     parser.add_argument("--demo-scenario", default="info_split")
     parser.add_argument("--demo-agents", type=int, default=3)
     parser.add_argument("--demo-episodes", type=int, default=6000, help="0 skips the demonstrations")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--vs", type=Path, help="a baseline checkout to measure alternately with this tree")
-    parser.add_argument("--rounds", type=int, default=3, help="measurements of each tree with --vs")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_pair_arguments(parser)
     args = parser.parse_args()
     if args.child or args.vs is None:
         print(json.dumps(measure(args)), flush=True)

@@ -7,6 +7,7 @@ honest on a machine whose speed drifts.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -37,3 +38,11 @@ def pairs(script: str, baseline: Path, argv: Sequence[str], rounds: int) -> list
         print(f"round {r}: ours {json.dumps(ours)}\n         base {json.dumps(theirs)}", flush=True)
         out.append((ours, theirs))
     return out
+
+
+def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every side-by-side benchmark takes: `--seed`, `--vs`, `--rounds` and the hidden `--child`."""
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vs", type=Path, help="a baseline checkout to measure alternately with this tree")
+    parser.add_argument("--rounds", type=int, default=3, help="measurements of each tree with --vs")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

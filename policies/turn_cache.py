@@ -11,8 +11,8 @@ Rows are left-padded per call, so the kept mask has holes (padding columns betwe
 mask and explicit position ids (real tokens only) make that invisible to the model, the same way
 left padding is, and a reuse compacts them away (`compact`) once they are a sixteenth of the width, so
 that later forwards do not attend over many of them. Cache layers grow in place (`kv_room`): a turn
-appends to a buffer with room instead of copying the whole cache. A call reuses the cache only when every row's cached tokens are a prefix of its
-new prompt; anything else (a new episode, a row the cache has not seen) prefills from scratch.
+appends to a buffer with room instead of copying the whole cache. A call reuses the cache only when
+every row's cached tokens are a prefix of its new prompt; anything else (a new episode, a row the cache has not seen) prefills from scratch.
 
 Left out: invalidation when the weights change. The caller owns a cache's lifetime and must drop
 it after an update (a rollout makes one per collection). Models whose cache cannot select rows
