@@ -9,7 +9,8 @@ prompts of `--prompt-tokens` tokens, with a KV cache:
   `prefix_allowed_tokens_fn`, one forward per token. Both stop a row at the action's end token.
 Each cell is the best of `--repeats` timed calls after one warm-up call, in generated tokens per second;
 the ratio is ours over transformers' measured in this one run. `--bound` adds the fp32 matmul rate of
-this machine (a square matmul) and each row's share of it, from the model's matmul FLOPs per token.
+this machine (a square matmul) and each row's share of it: the matmul FLOPs of the whole call (the prompts'
+tokens, read in the first forward, and the generated ones) over its time, as model-FLOPs utilization counts.
 
     python benchmarks/decode_vs_hf.py --presets tiny-moe small-moe --batches 1 16 64 256
 """
@@ -38,15 +39,16 @@ def matmul_gflops(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size ** 3 / best / 1e9
 
 
-def flops_per_token(model: torch.nn.Module, context: int) -> float:
-    """Matmul FLOPs of one decoded token: projections, the experts a token is routed to, the router, the
-    output layer, and attention over `context` cached columns (embedding lookups are free)."""
+def flops_per_token(model: torch.nn.Module, context: int, head: bool = True) -> float:
+    """Matmul FLOPs of one token: projections, the experts a token is routed to, the router, attention over
+    `context` columns and, with `head`, the output layer (a prompt token but the last needs no logits;
+    embedding lookups are free)."""
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     attn = c.hidden_size * head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
     attn += 2 * c.num_attention_heads * head_dim * context
     experts = c.num_experts_per_tok * 3 * c.hidden_size * c.moe_intermediate_size + c.hidden_size * c.num_experts
-    out = c.hidden_size * model.get_output_embeddings().weight.shape[0]
+    out = c.hidden_size * model.get_output_embeddings().weight.shape[0] if head else 0
     return 2.0 * (c.num_hidden_layers * (attn + experts) + out)
 
 
@@ -98,20 +100,22 @@ def ours_generate(policy: LLMPolicy, prompts: torch.Tensor, grammar, lean: bool 
 
 
 def best_rate(name: str, policy: LLMPolicy, prompts: torch.Tensor, grammar, trie: TokenTrie | None,
-              new_tokens: int, repeats: int) -> float:
-    """Generated tokens/s of one side (`hf`, ours through the `model` forward, `ours`): best of `repeats`."""
+              new_tokens: int, repeats: int) -> tuple[float, int]:
+    """Generated tokens/s of one side (`hf`, ours through the `model` forward, `ours`), best of `repeats`, and
+    the tokens that call generated."""
     def run() -> int:
         if name == "hf":
             return hf_generate(policy, prompts, new_tokens, trie)
         return ours_generate(policy, prompts, grammar, lean=name == "ours")
 
     run()  # warm-up
-    best = 0.0
+    best, best_tokens = 0.0, 0
     for _ in range(repeats):
         t0 = time.perf_counter()
         tokens = run()
-        best = max(best, tokens / (time.perf_counter() - t0))
-    return best
+        if tokens / (time.perf_counter() - t0) > best:
+            best, best_tokens = tokens / (time.perf_counter() - t0), tokens
+    return best, best_tokens
 
 
 def main() -> None:
@@ -146,19 +150,23 @@ def main() -> None:
             usable = np.flatnonzero(policy.free_mask(torch.device("cpu")).numpy())
             params = sum(p.numel() for p in model.parameters()) / 1e6
             per_token = flops_per_token(model, args.prompt_tokens + args.new_tokens // 2)
+            # a prompt token attends to half the prompt on average; only the last one computes logits
+            prompt_flops = args.prompt_tokens * flops_per_token(model, args.prompt_tokens // 2, head=False)
             for mode in args.modes:
                 for batch in args.batches:
                     prompts = torch.from_numpy(np.random.default_rng(batch).choice(usable, (batch, args.prompt_tokens)))
                     g = None if mode == "free" else grammar
                     t = None if mode == "free" else trie
-                    rates = {}
+                    rates, tokens = {}, {}
                     for name in ("hf", "model", "ours"):
-                        rates[name] = best_rate(name, policy, prompts, g, t, args.new_tokens, args.repeats)
+                        rates[name], tokens[name] = best_rate(name, policy, prompts, g, t, args.new_tokens,
+                                                              args.repeats)
                     row = (f"| {preset} | {params:.1f}M | {mode} | {batch} | {rates['hf']:,.0f} | {rates['model']:,.0f} | "
                            f"{rates['ours']:,.0f} | "
                            f"{rates['ours'] / rates['hf']:.2f}x |")
                     if bound:
-                        achieved = rates["ours"] * per_token / 1e9
+                        seconds = tokens["ours"] / rates["ours"]
+                        achieved = (tokens["ours"] * per_token + batch * prompt_flops) / seconds / 1e9
                         row += f" {achieved:.1f} | {achieved / bound:.0%} |"
                     print(row, flush=True)
 

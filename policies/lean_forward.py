@@ -8,7 +8,7 @@ from the same weights with plain tensor ops: the mask built once per call from t
 the transformers `Cache` the caller passes (so the turn cache, row parking and `batch_select_indices`
 work unchanged, and a cache filled by the full model continues here and back), the router as the model
 computes it, and the experts either all at once on a few tokens (two matmuls; decoding) or grouped by
-expert on many (prefill), on real tokens only (padding columns skip the MoE: no real query reads them).
+expert: padded to one batched matmul on tens of tokens, one matmul per expert on many (prefill), on real tokens only (padding columns skip the MoE: no real query reads them).
 Logits match the model's forward to float tolerance (tested), not bit for bit.
 
 Left out: training (no gradients, no router logits: the learner scores through the model's own
@@ -28,9 +28,13 @@ from transformers.cache_utils import DynamicLayer
 from policies.kv_room import append_kv
 
 SUPPORTED_TYPES = frozenset({"qwen3_moe"})
-DENSE_EXPERT_MACS = 1 << 24
-"""Up to this many multiply-adds for every expert on every token, all experts run on all tokens (for a few
-decoding rows two matmuls beat a loop of small ones); above it tokens are grouped by expert (prefill)."""
+DENSE_EXPERT_MACS = 1 << 21
+"""Up to this many multiply-adds for every expert on every token, all experts run on all tokens (for one or
+two decoding rows two matmuls beat sorting tokens by expert)."""
+GROUPED_ROWS_PER_EXPERT = 128
+"""From this many routed rows per expert on average, each expert's rows go through their own matmuls (prefill:
+the loop costs little against the matmuls, and no expert pads to the busiest one's count); below it, every
+expert's rows are padded to the busiest expert's count and go through one batched matmul (decoding)."""
 
 
 def supports(model: PreTrainedModel) -> bool:
@@ -187,12 +191,14 @@ class LeanForward:
             top = top / top.sum(dim=-1, keepdim=True)
         top = top.to(h.dtype)
         experts = mlp.experts
-        # fp16 stays grouped: an unchosen expert's overflow times its zero weight would be NaN
         count, inner2, hidden = experts.gate_up_proj.shape
         dense_macs = h.shape[0] * count * 3 * (inner2 // 2) * hidden
+        # fp16 never runs dense: an unchosen expert's overflow times its zero weight would be NaN
         if dense_macs <= DENSE_EXPERT_MACS and h.dtype != torch.float16:
             return self._experts_dense(experts, h, top, chosen)
-        return self._experts_grouped(experts, h, top, chosen)
+        if chosen.numel() >= GROUPED_ROWS_PER_EXPERT * count:
+            return self._experts_grouped(experts, h, top, chosen)
+        return self._experts_padded(experts, h, top, chosen)
 
     @staticmethod
     def _experts_dense(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
@@ -203,6 +209,26 @@ class LeanForward:
         out = torch.bmm(act.transpose(0, 1), experts.down_proj.transpose(1, 2))  # [E, T, hidden]
         weights = torch.zeros(h.shape[0], count, dtype=h.dtype, device=h.device).scatter_(1, chosen, top)
         return torch.einsum("eth,te->th", out, weights)
+
+    @staticmethod
+    def _experts_padded(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """Each expert's rows in one slot of a [experts, busiest count, hidden] block (zeros pad the rest):
+        two batched matmuls compute only routed rows, plus the padding."""
+        tokens, k = chosen.shape
+        count, _, hidden = experts.gate_up_proj.shape
+        flat = chosen.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        per_expert = torch.bincount(flat, minlength=count)
+        width = int(per_expert.max())
+        expert = flat[order]
+        # the i-th routed row of expert e goes to slot e * width + i
+        slot = expert * width + (torch.arange(flat.numel(), device=h.device) - (per_expert.cumsum(0) - per_expert)[expert])
+        token = order // k
+        block = h.new_zeros(count * width, hidden)
+        block[slot] = h[token]
+        gate_up = torch.bmm(block.view(count, width, hidden), experts.gate_up_proj.transpose(1, 2))
+        out = torch.bmm(experts._apply_gate(gate_up), experts.down_proj.transpose(1, 2)).view(count * width, hidden)
+        return torch.zeros_like(h).index_add_(0, token, out[slot] * top.reshape(-1)[order, None])
 
     @staticmethod
     def _experts_grouped(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,7 @@ from policies.lean_forward import LeanForward
 from policies.lean_forward import supports as lean_supports
 from policies.opponent_head import hint_text, shown_classes
 from policies.outputs import Generation, SequenceScores
+from policies.sampling import sample_categorical
 from policies.scoring import score_spans
 from policies.turn_cache import (
     Prefill,
@@ -241,7 +242,7 @@ class LLMPolicy:
                 if greedy:
                     chosen = logp.argmax(-1)
                 else:
-                    chosen = torch.multinomial(logp.exp(), 1, generator=rng).squeeze(-1)
+                    chosen = sample_categorical(logp.exp(), rng)
                 chosen_logp = logp.gather(-1, chosen[:, None]).squeeze(-1)
                 toks, lps = chosen.tolist(), chosen_logp.tolist()
                 for j, i in enumerate(live):

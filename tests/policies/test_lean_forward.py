@@ -38,9 +38,11 @@ def _model_step(model, ids, attention, positions, cache):
     return out.logits[:, -1], out.cache
 
 
-@pytest.mark.parametrize("dense_macs", [0, 1 << 40])  # experts grouped by expert / all at once
-def test_logits_and_cache_match_the_model(model, monkeypatch, dense_macs):
+# experts all at once / one matmul per expert / padded to the busiest expert in one batched matmul
+@pytest.mark.parametrize(("dense_macs", "grouped_rows"), [(1 << 40, 0), (0, 0), (0, 1 << 40)])
+def test_logits_and_cache_match_the_model(model, monkeypatch, dense_macs, grouped_rows):
     monkeypatch.setattr(lean_forward, "DENSE_EXPERT_MACS", dense_macs)
+    monkeypatch.setattr(lean_forward, "GROUPED_ROWS_PER_EXPERT", grouped_rows)
     model.eval()
     vocab = model.config.vocab_size
     lean = LeanForward(model)
