@@ -2,8 +2,8 @@
 
 Both arms start from the same SFT checkpoint and share the model, the learning rate, the batch shape
 (`--tasks` tasks x `--group` sampled episodes a batch, two optimizer steps a batch) and the held-out
-evaluation (greedy, constrained decoding, the first `--eval-episodes` seeds of `--split`), which is timed
-apart from training on both sides:
+evaluation (greedy, constrained decoding, `--eval-episodes` seeds of `--split` after its first `--skip-seeds`),
+which is timed apart from training on both sides:
 - ours: `marl train --policy.model CKPT --sft.seconds 0 ... --checkpoint.eval-every K`; its curve is
   `eval/<split>/success_rate` against `perf/train_seconds` (the RL clock without those evaluations).
 - trl: `GRPOTrainer` with a `rollout_func` (TRL's hook for environments of one's own) that plays the same
@@ -41,14 +41,16 @@ from policies.turn_cache import left_padded
 EXPERIMENT = "trl-vs-ours"
 
 
-def held_out(policy, chat, scenario: str, split: str, episodes: int) -> float:
-    """Greedy success on the first `episodes` held-out seeds of `split` (the model left in eval mode meanwhile)."""
+def held_out(policy, chat, scenario: str, split: str, episodes: int, skip: int = 0) -> float:
+    """Greedy success on `episodes` held-out seeds of `split` after its first `skip` (the model left in eval mode
+    meanwhile)."""
     cfg = TrainConfig(scenario=scenario)
     make = train_env_factory(cfg.validate().resolved(), split)
     was = policy.model.training
     policy.model.eval()
     try:
-        figures, _ = evaluate(RolloutWorker(make, policy, chat), make().eval_seeds(split, episodes), greedy=True)
+        figures, _ = evaluate(RolloutWorker(make, policy, chat), make().eval_seeds(split, episodes, skip=skip),
+                              greedy=True)
     finally:
         policy.model.train(was)
     return figures["success_rate"]
@@ -62,7 +64,8 @@ def ours(args: argparse.Namespace, workdir: Path) -> list[tuple[float, float]]:
     flags = ["--scenario", "tool_use", "--policy.model", str(Path(args.checkpoint).resolve()), "--sft.seconds", "0",
              "--iterations", "100000", "--rl.seconds", str(args.budget), "--rl.tasks-per-iteration", str(args.tasks),
              "--rl.group-size", str(args.group), "--rl.learning-rate", str(args.lr), "--checkpoint.eval-every",
-             str(args.eval_every), "--checkpoint.eval-episodes", str(args.eval_episodes), "--eval-splits", args.split,
+             str(args.eval_every), "--checkpoint.eval-episodes", str(args.eval_episodes), "--checkpoint.eval-skip-seeds",
+             str(args.skip_seeds), "--eval-splits", args.split,
              "--eval-episodes", "0", "--seed", str(args.seed), "--tracking-uri", uri, "--output-dir",
              str(workdir / "runs"), "--run-name", "ours", "--quiet", *shlex.split(args.ours_flags)]
     subprocess.run([sys.executable, "-m", "marl.cli", "train", *flags], check=True,
@@ -72,7 +75,8 @@ def ours(args: argparse.Namespace, workdir: Path) -> list[tuple[float, float]]:
                              "attributes.run_name = 'ours'", order_by=["attributes.start_time DESC"])[0]
     success = {m.step: m.value for m in client.get_metric_history(run.info.run_id, f"eval/{args.split}/success_rate")}
     clock = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "perf/train_seconds")}
-    start = held_out(*load_policy(args.checkpoint, "cpu")[:2], "tool_use", args.split, args.eval_episodes)
+    start = held_out(*load_policy(args.checkpoint, "cpu")[:2], "tool_use", args.split, args.eval_episodes,
+                     args.skip_seeds)
     return [(0.0, start)] + [(clock[step], success[step]) for step in sorted(success) if step in clock]
 
 
@@ -133,8 +137,9 @@ def play(trainer, prompts: list[str], make, chat, max_new_tokens: int) -> dict:
             "episode_return": returns}
 
 
-def trl(args: argparse.Namespace, workdir: Path) -> list[tuple[float, float]]:
-    """TRL's GRPOTrainer from the same checkpoint, evaluated every `--eval-seconds` of training."""
+def trl(args: argparse.Namespace, workdir: Path, budget: float) -> list[tuple[float, float]]:
+    """TRL's GRPOTrainer from the same checkpoint, evaluated every `--eval-seconds` of training, for at most
+    `budget` training seconds."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -145,7 +150,7 @@ def trl(args: argparse.Namespace, workdir: Path) -> list[tuple[float, float]]:
     make = train_env_factory(cfg, "train")
     seeds = train_seeds(np.random.default_rng(args.seed), 50_000)
     data = Dataset.from_dict({"prompt": [str(s) for s in seeds]})
-    curve = [(0.0, held_out(policy, chat, "tool_use", args.split, args.eval_episodes))]
+    curve = [(0.0, held_out(policy, chat, "tool_use", args.split, args.eval_episodes, args.skip_seeds))]
 
     class Clock(TrainerCallback):
         """Training seconds with the evaluations left out; evaluates and stops at the target."""
@@ -158,13 +163,14 @@ def trl(args: argparse.Namespace, workdir: Path) -> list[tuple[float, float]]:
 
         def on_step_end(self, _args, state, control, **__) -> None:
             trained = time.perf_counter() - self.start - self.paused
-            if trained >= self.next_eval or trained >= args.budget:
+            if trained >= self.next_eval or trained >= budget:
                 t0 = time.perf_counter()
-                curve.append((trained, held_out(policy, chat, "tool_use", args.split, args.eval_episodes)))
+                curve.append((trained, held_out(policy, chat, "tool_use", args.split, args.eval_episodes,
+                                                args.skip_seeds)))
                 print(f"trl: {trained:.0f} s, step {state.global_step}: {args.split} {curve[-1][1]:.3f}", flush=True)
                 self.paused += time.perf_counter() - t0
                 self.next_eval = trained + args.eval_seconds
-                control.should_training_stop = curve[-1][1] >= args.target or trained >= args.budget
+                control.should_training_stop = curve[-1][1] >= args.target or trained >= budget
 
     config = GRPOConfig(
         output_dir=str(workdir / "trl"), use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
@@ -195,6 +201,8 @@ def main() -> None:
     parser.add_argument("--split", default="basic")
     parser.add_argument("--budget", type=float, default=900.0, help="training seconds at most per arm")
     parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--skip-seeds", type=int, default=0,
+                        help="held-out seeds passed over first (both arms): seeds no development run played")
     parser.add_argument("--eval-every", type=int, default=5, help="ours: RL iterations between evaluations")
     parser.add_argument("--eval-seconds", type=float, default=20.0, help="trl: training seconds between evaluations")
     parser.add_argument("--tasks", type=int, default=16)
@@ -203,13 +211,24 @@ def main() -> None:
     parser.add_argument("--kl", type=float, default=0.01, help="TRL's beta (ours: its adaptive KL from rl.kl_coef)")
     parser.add_argument("--ours-flags", default="", help="more `marl train` flags for our arm")
     parser.add_argument("--arms", nargs="+", default=["ours", "trl"], choices=["ours", "trl"])
+    parser.add_argument("--trl-budget-factor", type=float, default=0.0,
+                        help="when ours reached the target after t s, train TRL for at most this many times t (enough "
+                             "to decide whether ours <= 1/factor of TRL's seconds); 0: TRL gets --budget")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default="runs/bench/trl")
     args = parser.parse_args()
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
-    curves = {arm: (ours if arm == "ours" else trl)(args, workdir) for arm in args.arms}
+    curves, budgets = {}, {"ours": args.budget, "trl": args.budget}
+    for arm in args.arms:
+        if arm == "ours":
+            curves[arm] = ours(args, workdir)
+            t = seconds_to(curves[arm], args.target)
+            if args.trl_budget_factor > 0 and t is not None:
+                budgets["trl"] = min(args.budget, max(args.trl_budget_factor * t, args.eval_seconds))
+        else:
+            curves[arm] = trl(args, workdir, budgets["trl"])
     (workdir / f"curves-s{args.seed}.json").write_text(json.dumps(curves, indent=1))
     for arm, curve in curves.items():
         shown = ", ".join(f"{t:.0f}s {s:.2f}" for t, s in curve)
@@ -220,9 +239,12 @@ def main() -> None:
     reached = {arm: seconds_to(curve, args.target) for arm, curve in curves.items()}
     for arm, t in reached.items():
         print(f"{arm}: {args.split} >= {args.target} after " + (f"{t:.0f} s of training" if t is not None
-                                                                  else f"never within {args.budget:.0f} s"))
+                                                                  else f"never within {curves[arm][-1][0]:.0f} s"))
     if len(reached) == 2 and None not in reached.values():
         print(f"ours / trl: {reached['ours'] / max(reached['trl'], 1e-9):.2f}x the training seconds")
+    elif len(reached) == 2 and reached["ours"] is not None:
+        print(f"ours / trl: < {reached['ours'] / curves['trl'][-1][0]:.2f}x the training seconds (TRL not there "
+              f"after {curves['trl'][-1][0]:.0f} s)")
     elif len(curves) == 2:
         # Where an arm misses the target, compare at the best level both reached instead.
         common = min(max(s for _, s in curve) for curve in curves.values())

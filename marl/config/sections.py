@@ -31,6 +31,7 @@ from marl.config.choices import (
     StateView,
     options,
 )
+from scenarios.base import EVAL_SEED_BLOCK
 
 OBSERVATION_CHARS = 2048
 """Characters of an observation (the scenarios' `max_obs_length`) that shared items split evenly by default."""
@@ -321,11 +322,17 @@ class CheckpointConfig(SelfChecking):
     """RL iterations between held-out evaluations during training (0: only the final one); the best keeps its checkpoint in `<run>/best/`."""
     eval_episodes: int = 20
     """Held-out episodes per evaluation split in each evaluation during training (the first seeds of the split)."""
+    eval_skip_seeds: int = 0
+    """Held-out seeds of each split passed over before those evaluations take theirs (seeds no earlier run played)."""
 
     def validate(self) -> CheckpointConfig:
         """Check this section's fields; raise ConfigError naming the field and the fix."""
         positive("every", self.every, allow_zero=True)
         positive("eval_every", self.eval_every, allow_zero=True)
         positive("eval_episodes", self.eval_episodes)
+        positive("eval_skip_seeds", self.eval_skip_seeds, allow_zero=True)
+        require(self.eval_skip_seeds + self.eval_episodes <= EVAL_SEED_BLOCK,
+                f"eval_skip_seeds + eval_episodes = {self.eval_skip_seeds + self.eval_episodes}: a split has "
+                f"{EVAL_SEED_BLOCK:,} held-out seeds; lower --checkpoint.eval-skip-seeds")
         require(isinstance(self.keep, int) and self.keep >= 1, f"keep={self.keep}: keep at least 1 resume point")
         return self

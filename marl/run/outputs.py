@@ -160,7 +160,8 @@ class PeriodicEval:
         figures, rates = {}, []
         for split in self.cfg.eval_splits:
             make_env = factory_of(split=split)
-            seeds = list(make_env().eval_seeds(split, self.cfg.checkpoint.eval_episodes))
+            seeds = list(make_env().eval_seeds(split, self.cfg.checkpoint.eval_episodes,
+                                                skip=self.cfg.checkpoint.eval_skip_seeds))
             result, _ = evaluate(RolloutWorker(make_env, policies, self.chat), seeds, greedy=True)
             figures.update({f"eval/{split}/{k}": v for k, v in result.items()
                             if k in ("success_rate", "return_mean", "invalid_action_rate")})

@@ -47,6 +47,8 @@ def test_defaults_validate():
          "leaves no policy update"),
         (lambda c: (setattr(c, "algo", "ippo"), setattr(c.critic, "state_view", "with_own")), "has none"),
         (lambda c: setattr(c.critic, "minibatches", 0), "critic.minibatches=0"),
+        (lambda c: setattr(c.checkpoint, "eval_skip_seeds", -1), "eval_skip_seeds"),
+        (lambda c: setattr(c.checkpoint, "eval_skip_seeds", 999_990), "lower --checkpoint.eval-skip-seeds"),
     ],
 )
 def test_bad_values_name_the_field(mutate, message):

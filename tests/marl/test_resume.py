@@ -21,6 +21,7 @@ from run_helpers import tiny
 from safetensors.torch import load_file
 
 from marl.config import CurriculumConfig, OpponentPoolConfig, TrainConfig
+from marl.run import outputs as outputs_mod
 from marl.run import resume as resume_mod
 from marl.run.checkpoint import CheckpointError
 from marl.run.resume import find_resume_point, load_resume_point, points
@@ -113,8 +114,17 @@ def test_keep_prunes_old_points_and_a_kill_during_a_save_leaves_the_previous_one
     cfg = run_cfg(tmp_path)
     cfg.checkpoint.every, cfg.checkpoint.keep = 2, 2
     cfg.checkpoint.eval_every, cfg.checkpoint.eval_episodes, cfg.eval_splits = 2, 3, ("basic", "hard")
+    cfg.checkpoint.eval_skip_seeds = 40
+    played = []
+    real_evaluate = outputs_mod.evaluate
+    monkeypatch.setattr(outputs_mod, "evaluate", lambda worker, seeds, **kw: (played.append(list(seeds)),
+                                                                              real_evaluate(worker, seeds, **kw))[1])
     result = train(cfg)
     run_dir = result.checkpoint.parent
+    # each evaluation during training plays the 3 seeds after the first 40 of each split
+    periodic = [seeds for seeds in played if len(seeds) == 3]
+    assert len(periodic) == 4 and all(s == list(range(s[0], s[0] + 3)) for s in periodic)
+    assert {s[0] % 1_000_000 for s in periodic} == {40}
     assert [p.name for p in points(run_dir / "resume")] == ["it-000002", "it-000004"]
     # held-out evaluation during training, and the best checkpoint by it
     client = MlflowClient(cfg.tracking.tracking_uri)
