@@ -7,8 +7,9 @@ from the same weights with plain tensor ops: the mask built once per call from t
 (the caller's layout: left padding, turn-cache holes, explicit positions), the KV cache updated through
 the transformers `Cache` the caller passes (so the turn cache, row parking and `batch_select_indices`
 work unchanged, and a cache filled by the full model continues here and back), the router as the model
-computes it, and the experts either all at once on a few tokens (two matmuls; decoding) or grouped by
-expert: padded to one batched matmul on tens of tokens, one matmul per expert on many (prefill), on real tokens only (padding columns skip the MoE: no real query reads them).
+computes it, and the experts grouped by expert: padded to the busiest expert's count in one batched matmul
+on tens of tokens (decoding), one matmul per chosen expert on a token or two or on thousands (prefill), on
+real tokens only (padding columns skip the MoE: no real query reads them).
 Logits match the model's forward to float tolerance (tested), not bit for bit.
 
 Left out: training (no gradients, no router logits: the learner scores through the model's own
@@ -28,13 +29,12 @@ from transformers.cache_utils import DynamicLayer
 from policies.kv_room import append_kv
 
 SUPPORTED_TYPES = frozenset({"qwen3_moe"})
-DENSE_EXPERT_MACS = 1 << 21
-"""Up to this many multiply-adds for every expert on every token, all experts run on all tokens (for one or
-two decoding rows two matmuls beat sorting tokens by expert)."""
 GROUPED_ROWS_PER_EXPERT = 128
 """From this many routed rows per expert on average, each expert's rows go through their own matmuls (prefill:
-the loop costs little against the matmuls, and no expert pads to the busiest one's count); below it, every
-expert's rows are padded to the busiest expert's count and go through one batched matmul (decoding)."""
+the loop costs little against the matmuls, and no expert pads to the busiest one's count); below it, down to
+one row per expert, every expert's rows are padded to the busiest expert's count and go through one batched
+matmul (decoding tens of rows). With fewer routed rows than experts (a row or two), the loop runs too: it
+reads only the chosen experts' weights, and reading weights is what such a step waits on."""
 
 
 def supports(model: PreTrainedModel) -> bool:
@@ -191,24 +191,10 @@ class LeanForward:
             top = top / top.sum(dim=-1, keepdim=True)
         top = top.to(h.dtype)
         experts = mlp.experts
-        count, inner2, hidden = experts.gate_up_proj.shape
-        dense_macs = h.shape[0] * count * 3 * (inner2 // 2) * hidden
-        # fp16 never runs dense: an unchosen expert's overflow times its zero weight would be NaN
-        if dense_macs <= DENSE_EXPERT_MACS and h.dtype != torch.float16:
-            return self._experts_dense(experts, h, top, chosen)
-        if chosen.numel() >= GROUPED_ROWS_PER_EXPERT * count:
-            return self._experts_grouped(experts, h, top, chosen)
-        return self._experts_padded(experts, h, top, chosen)
-
-    @staticmethod
-    def _experts_dense(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        """Every expert on every token, weighted by the routing (zero where not chosen): two matmuls."""
-        count, inner2, hidden = experts.gate_up_proj.shape
-        gate_up = F.linear(h, experts.gate_up_proj.reshape(count * inner2, hidden)).view(-1, count, inner2)
-        act = experts._apply_gate(gate_up)  # [T, E, inner]
-        out = torch.bmm(act.transpose(0, 1), experts.down_proj.transpose(1, 2))  # [E, T, hidden]
-        weights = torch.zeros(h.shape[0], count, dtype=h.dtype, device=h.device).scatter_(1, chosen, top)
-        return torch.einsum("eth,te->th", out, weights)
+        count = experts.gate_up_proj.shape[0]
+        if count <= chosen.numel() < GROUPED_ROWS_PER_EXPERT * count:
+            return self._experts_padded(experts, h, top, chosen)
+        return self._experts_grouped(experts, h, top, chosen)
 
     @staticmethod
     def _experts_padded(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
