@@ -35,6 +35,9 @@ the loop costs little against the matmuls, and no expert pads to the busiest one
 one row per expert, every expert's rows are padded to the busiest expert's count and go through one batched
 matmul (decoding tens of rows). With fewer routed rows than experts (a row or two), the loop runs too: it
 reads only the chosen experts' weights, and reading weights is what such a step waits on."""
+MAX_PADDING = 2
+"""The padded block holds at most this many times the routed rows; routing more skewed than that (many rows
+feeding the same forced tokens go to the same experts) loops over the experts instead."""
 
 
 def supports(model: PreTrainedModel) -> bool:
@@ -190,50 +193,38 @@ class LeanForward:
         if gate.norm_topk_prob:
             top = top / top.sum(dim=-1, keepdim=True)
         top = top.to(h.dtype)
-        experts = mlp.experts
-        count = experts.gate_up_proj.shape[0]
-        if count <= chosen.numel() < GROUPED_ROWS_PER_EXPERT * count:
-            return self._experts_padded(experts, h, top, chosen)
-        return self._experts_grouped(experts, h, top, chosen)
+        return self._experts(mlp.experts, h, top, chosen)
 
     @staticmethod
-    def _experts_padded(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        """Each expert's rows in one slot of a [experts, busiest count, hidden] block (zeros pad the rest):
-        two batched matmuls compute only routed rows, plus the padding."""
-        tokens, k = chosen.shape
+    def _experts(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """The routed experts on tokens [T, hidden]: the tokens sorted by expert, then either padded to the busiest
+        expert's count in one [experts, busiest, hidden] block through two batched matmuls, or one matmul per
+        expert on its contiguous slice (see `GROUPED_ROWS_PER_EXPERT` and `MAX_PADDING`)."""
+        k = chosen.shape[1]
         count, _, hidden = experts.gate_up_proj.shape
         flat = chosen.reshape(-1)
         order = torch.argsort(flat, stable=True)
         per_expert = torch.bincount(flat, minlength=count)
-        width = int(per_expert.max())
-        expert = flat[order]
-        # the i-th routed row of expert e goes to slot e * width + i
-        slot = expert * width + (torch.arange(flat.numel(), device=h.device) - (per_expert.cumsum(0) - per_expert)[expert])
-        token = order // k
-        block = h.new_zeros(count * width, hidden)
-        block[slot] = h[token]
-        gate_up = torch.bmm(block.view(count, width, hidden), experts.gate_up_proj.transpose(1, 2))
-        out = torch.bmm(experts._apply_gate(gate_up), experts.down_proj.transpose(1, 2)).view(count * width, hidden)
-        return torch.zeros_like(h).index_add_(0, token, out[slot] * top.reshape(-1)[order, None])
-
-    @staticmethod
-    def _experts_grouped(experts: Any, h: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        """Tokens sorted by expert, each expert's rows in one contiguous slice."""
-        k = chosen.shape[1]
-        flat = chosen.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=experts.gate_up_proj.shape[0]).tolist()
-        token = order // k
-        weight = top.reshape(-1)[order]
+        token, weight = order // k, top.reshape(-1)[order, None]
+        result = torch.zeros_like(h)
+        if count <= flat.numel() < GROUPED_ROWS_PER_EXPERT * count:
+            width = int(per_expert.max())
+            if count * width <= MAX_PADDING * flat.numel():
+                expert = flat[order]
+                # the i-th routed row of expert e goes to slot e * width + i
+                slot = expert * width + torch.arange(flat.numel(), device=h.device) - (per_expert.cumsum(0) - per_expert)[expert]
+                block = h.new_zeros(count * width, hidden)
+                block[slot] = h[token]
+                gate_up = torch.bmm(block.view(count, width, hidden), experts.gate_up_proj.transpose(1, 2))
+                out = torch.bmm(experts._apply_gate(gate_up), experts.down_proj.transpose(1, 2))
+                return result.index_add_(0, token, out.view(count * width, hidden)[slot] * weight)
         rows = h[token]
         out = torch.empty_like(rows)
         start = 0
-        for e, c in enumerate(counts):
+        for e, c in enumerate(per_expert.tolist()):
             if c:
                 part = rows[start:start + c]
                 out[start:start + c] = F.linear(experts._apply_gate(F.linear(part, experts.gate_up_proj[e])),
                                                 experts.down_proj[e])
                 start += c
-        result = torch.zeros_like(h)
-        result.index_add_(0, token, out * weight[:, None])
-        return result
+        return result.index_add_(0, token, out * weight)
