@@ -19,8 +19,9 @@ def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = 
     whose total is not finite and positive (NaN logits, or a row with every token masked)."""
     cdf = probs.cumsum(-1)
     total = cdf[:, -1:].contiguous()
-    if not bool(((total > 0) & torch.isfinite(total)).all()):
-        bad = int((~((total > 0) & torch.isfinite(total))).nonzero()[0, 0])
+    usable = (total > 0) & torch.isfinite(total)
+    if not bool(usable.all()):
+        bad = int((~usable).nonzero()[0, 0])
         raise ValueError(f"cannot sample row {bad}: its probabilities sum to {float(total[bad, 0])} (NaN logits, "
                          "or every token masked); check the model's weights and the row's grammar")
     u = torch.rand(total.shape, generator=generator, dtype=cdf.dtype, device=cdf.device) * total
