@@ -246,8 +246,13 @@ def main() -> None:
         print(f"ours / trl: < {reached['ours'] / curves['trl'][-1][0]:.2f}x the training seconds (TRL not there "
               f"after {curves['trl'][-1][0]:.0f} s)")
     elif len(curves) == 2:
-        # Where an arm misses the target, compare at the best level both reached instead.
+        # Where an arm misses the target, compare at the best level both reached above the start instead;
+        # the start level itself is reached at 0 s by both and says nothing.
+        start = curves["ours"][0][1]
         common = min(max(s for _, s in curve) for curve in curves.values())
+        if common <= start:
+            print(f"best level both reached: none above the start ({args.split} {start:.2f})")
+            return
         at = {arm: seconds_to(curve, common) for arm, curve in curves.items()}
         print(f"best level both reached: {args.split} {common:.2f}, ours after {at['ours']:.0f} s, trl after "
               f"{at['trl']:.0f} s: ours / trl {at['ours'] / max(at['trl'], 1e-9):.2f}x")
