@@ -28,7 +28,7 @@ from marl.run.build import build_policy, train_env_factory
 from policies.chat import ChatFormat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks beside this one
-from env_throughput import agent_count  # noqa: E402
+from env_throughput import agent_count, scenario_options  # noqa: E402
 
 
 def main() -> None:
@@ -36,6 +36,8 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--envs", type=int, default=16)
     parser.add_argument("--scenarios", nargs="*", default=None)
+    parser.add_argument("--option", action="append", default=[],
+                        help="a scenario option, SCENARIO.KEY=VALUE (repeatable), e.g. navigation.view=1")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print("| scenario | N | agent-steps | tokens / action | prompt tokens read / action | model forward s | lean s | "
@@ -45,7 +47,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.scenarios or scenarios.names():
             n = agent_count(name, args.agents)
-            cfg = TrainConfig(seed=args.seed, scenario=name, agents=n)
+            options = scenario_options(args.option, name)
+            cfg = TrainConfig(seed=args.seed, scenario=name, agents=n, scenario_options=options)
             cfg.policy.tokenizer_episodes = 200
             cfg = cfg.validate().resolved()
             make = train_env_factory(cfg, "train")
@@ -66,7 +69,8 @@ def main() -> None:
             processed = fast.processed_tokens / max(fast.generate_seconds, 1e-9)
             same = [e.transcript for e in slow.episodes] == [e.transcript for e in fast.episodes]
             reference = reference or (generated if name == "tool_use" else None)
-            print(f"| {name} | {n} | {len(fast.turns)} | {fast.generated_tokens / acted:.1f} | {read / acted:.0f} | "
+            label = " ".join([name] + [f"{k}={v}" for k, v in options.items()])
+            print(f"| {label} | {n} | {len(fast.turns)} | {fast.generated_tokens / acted:.1f} | {read / acted:.0f} | "
                   f"{slow_s:.1f} | {fast_s:.1f} | {slow_s / fast_s:.2f}x | {generated:,.0f} | {processed:,.0f} | "
                   f"{'yes' if same else 'no'} |", flush=True)
     if reference:

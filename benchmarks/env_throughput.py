@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import scenarios
 from marl.config import TrainConfig
@@ -34,6 +35,19 @@ def agent_count(name: str, wanted: int) -> int:
     if name == "predator_prey" and n % 2:  # two teams of equal size
         n -= 1
     return n
+
+
+def scenario_options(items: list[str], name: str) -> dict[str, object]:
+    """The options of `name` among `SCENARIO.KEY=VALUE` items (values read as YAML scalars: `view=1` is an int)."""
+    out = {}
+    for item in items:
+        target, eq, value = item.partition("=")
+        scenario, dot, key = target.partition(".")
+        if not eq or not dot or not key:
+            raise SystemExit(f"--option {item!r}: write SCENARIO.KEY=VALUE, e.g. navigation.view=1")
+        if scenario == name:
+            out[key] = yaml.safe_load(value)
+    return out
 
 
 def scripted_throughput(name: str, n: int, episodes: int) -> tuple[float, float]:

@@ -10,11 +10,13 @@ Also per row: generated tokens/s (what `perf/tokens_per_s` logs) and processed t
 prefilled + tokens generated), which differ where actions are short next to their observations.
 
     python benchmarks/rollout_scaling.py --scenarios info_split navigation --agents 2 4 8 --envs 8
+    python benchmarks/rollout_scaling.py --scenarios navigation --agents 2 16 --option navigation.view=1
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,10 +28,14 @@ from marl.engine.rollout import RolloutWorker
 from marl.run.build import build_policy, train_env_factory
 from policies.chat import ChatFormat
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks beside this one
+from env_throughput import scenario_options  # noqa: E402
 
-def measure(name: str, agents: int, envs: int, tmp: Path, seed: int, lean: bool = True) -> dict[str, float]:
+
+def measure(name: str, agents: int, envs: int, tmp: Path, seed: int, lean: bool = True,
+            options: dict | None = None) -> dict[str, float]:
     """One rollout of `envs` episodes of `agents` agents after a warm-up one: per agent-step figures."""
-    cfg = TrainConfig(seed=seed, scenario=name, agents=agents)
+    cfg = TrainConfig(seed=seed, scenario=name, agents=agents, scenario_options=dict(options or {}))
     cfg.policy.tokenizer_episodes = 200
     cfg.policy.lean_decoding = lean
     cfg = cfg.validate().resolved()
@@ -60,6 +66,8 @@ def main() -> None:
     parser.add_argument("--sweep-agents", type=int, default=4, help="team size of the envs-per-batch sweep")
     parser.add_argument("--env-counts", nargs="+", type=int, default=[1, 4, 16, 32])
     parser.add_argument("--model-forward", action="store_true", help="decode through the model's own forward")
+    parser.add_argument("--option", action="append", default=[],
+                        help="a scenario option, SCENARIO.KEY=VALUE (repeatable), e.g. navigation.view=1")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"decoding through {'the model forward' if args.model_forward else 'the lean forward'}")
@@ -68,18 +76,20 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.scenarios:
+            options = scenario_options(args.option, name)
+            label = " ".join([name] + [f"{k}={v}" for k, v in options.items()])
             low, high = scenarios.info(name).agent_range
             counts = [n for n in args.agents if low <= n <= high]
             base = None
             for n in counts:
-                m = measure(name, n, args.envs, Path(tmp), args.seed, not args.model_forward)
+                m = measure(name, n, args.envs, Path(tmp), args.seed, not args.model_forward, options)
                 base = base or m["ms_per_agent_step"]
-                print(row(name, n, args.envs, m, base), flush=True)
+                print(row(label, n, args.envs, m, base), flush=True)
             base = None
             for envs in args.env_counts:
-                m = measure(name, args.sweep_agents, envs, Path(tmp), args.seed, not args.model_forward)
+                m = measure(name, args.sweep_agents, envs, Path(tmp), args.seed, not args.model_forward, options)
                 base = base or m["ms_per_agent_step"]
-                print(row(f"{name} (envs)", args.sweep_agents, envs, m, base), flush=True)
+                print(row(f"{label} (envs)", args.sweep_agents, envs, m, base), flush=True)
 
 
 if __name__ == "__main__":

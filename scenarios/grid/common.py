@@ -10,6 +10,12 @@ Both grid scenarios classify actions by move (``action_classes()``: up, down, le
 show the turn budget (``turn_budget_visible`` is True: every observation ends with ``turn k of K``, so
 running out of moves is an outcome of the task, terminal).
 
+Option ``view`` makes the scenarios partially observable: an agent sees other agents (and, where a
+scenario says so, other things on the board) only within that many cells in both directions (a
+square of side ``2 * view + 1`` around it). Its observation then stays the same length however large
+the team, which is what lets a team of 16 read as little per turn as a team of 2. The scripted
+experts still see the whole board (the centralized critic's ``state()`` does too).
+
 It leaves out rewards, observations and the rules of each task (``navigation.py``,
 ``predator_prey.py``).
 """
@@ -27,7 +33,7 @@ from scenarios.grid.board import CELL_TOKENS, MOVES, Board
 from scenarios.grid.moves import move_text, parse_move
 
 SPLITS = ("train", "basic", "hard")
-MAX_AGENTS = 8
+MAX_AGENTS = 16
 
 
 @dataclass(frozen=True)
@@ -38,11 +44,16 @@ class GridOptions(ScenarioOptions):
     """Moves an agent may make before its episode is truncated with reason ``max_turns``."""
     train_hard_frac: float = 0.5
     """Share of ``hard`` episodes in the ``train`` split (the rest are ``basic``)."""
+    view: int | None = None
+    """Cells an agent sees in each direction (a square around it); None: the whole board."""
 
     def __post_init__(self) -> None:
         f = self.train_hard_frac
         if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 <= f <= 1.0:
             raise ValueError(f"train_hard_frac must be a number in [0, 1], got {f!r}")
+        v = self.view
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"view must be a whole number of cells >= 1, or null for the whole board, got {v!r}")
 
 
 class GridScenario(TextScenario):
@@ -83,8 +94,17 @@ class GridScenario(TextScenario):
             want[agent] = self.board.step(self.pos[agent], move)
         return want, errors
 
-    def _occupied_tokens(self, agents: list[str]) -> str:
-        return " ".join(f"{a} {self.board.token(self.pos[a])}" for a in agents if a in self.pos)
+    def _occupied_tokens(self, agents: list[str], viewer: str | None = None) -> str:
+        """``agent cell`` pairs of the agents on the board, only those ``viewer`` sees when given."""
+        return " ".join(f"{a} {self.board.token(self.pos[a])}" for a in agents
+                        if a in self.pos and (viewer is None or self._sees(viewer, self.pos[a])))
+
+    def _sees(self, agent: str, cell: int) -> bool:
+        """Whether ``cell`` is within ``agent``'s view (always, without option ``view``)."""
+        if self.opts.view is None:
+            return True
+        (r, c), (r0, c0) = divmod(cell, self.board.size), divmod(self.pos[agent], self.board.size)
+        return max(abs(r - r0), abs(c - c0)) <= self.opts.view
 
     # ----- scenario extras -----
     def action_grammar(self, agent: str) -> ActionGrammar:

@@ -3,7 +3,7 @@
 A text version of the cover-the-landmarks task (MPE ``simple_spread``): n agents and n
 landmarks on a square grid; the team succeeds when every landmark has an agent on it.
 
-**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [1, 8], all on one team. By default the episode
+**Agents.** ``agent_0`` .. ``agent_{n-1}``, n in [1, 16], all on one team. By default the episode
 is a team event: every agent ends on the same turn (all ``success`` when the last landmark is
 covered, all ``max_turns`` otherwise), so ``agents`` empties at once. With option ``settle``
 agents that reach a free landmark leave one by one (see Options). With one agent this is plain
@@ -15,6 +15,9 @@ at c12. task: the team covers every landmark, one agent on each. grid 5x5, c00 t
 landmarks: c03 c41 c44. others: agent_1 c30 agent_2 c22.`` (plus ``walls: ...`` on hard grids).
 Later turns: ``you c13; landmarks c03 c41 c44; others agent_1 c31 agent_2 c22; covered 1/3``,
 preceded by ``bumped: ...`` after a collision or ``error: <reason>`` after a malformed action.
+With option ``view`` the first turn still lists every landmark (the task), but ``others`` lists only
+the agents within view, and later turns list only the landmarks and agents within view (the part is
+left out when none is); ``covered k/n`` stays the team's count.
 
 **Actions.** One JSON object as text: ``{"move": "up"}`` with a move in up, down, left, right,
 stay; any JSON with the same content is accepted. Moves are simultaneous. Malformed actions
@@ -40,14 +43,14 @@ collision 0.2, progress 0.1, coverage 0.2, task 1.0).
 **Ending.** Every landmark covered: ``success`` for all agents (termination). Running out of
 ``max_turns``: truncation with reason ``max_turns`` for all agents.
 
-**Options.** ``split``, ``max_turns`` (20), ``reward_weights``, ``train_hard_frac`` (0.5),
+**Options.** ``split``, ``max_turns`` (20), ``reward_weights``, ``train_hard_frac`` (0.5), ``view`` (None: the whole board),
 ``settle`` (False): when on, an agent that ends a turn alone on a landmark settles there: its
 episode ends with ``success`` (it leaves ``agents``, so agents finish at different times), its
 cell stays taken (moving into it is a bump) and it keeps the landmark covered; the team's
 ``task`` reward goes to the agents still playing when the last landmark is covered.
 
-**Splits.** ``basic``: a 5x5 grid (6x6 for more than 4 agents), no walls. ``hard``: 7x7 (8x8)
-with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
+**Splits.** ``basic``: a 5x5 grid (6x6 for more than 4 agents, 8x8 for more than 8), no walls.
+``hard``: 7x7 (8x8 for more than 4 agents) with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
 Evaluation seeds: ``NavigationEnv.eval_seeds(split, n)``. ``state()`` adds the level, walls,
 landmarks and coverage to the per-agent lines.
 
@@ -89,7 +92,7 @@ class NavigationEnv(GridScenario):
     metadata = {"render_modes": ["ansi"], "name": "navigation", "is_parallelizable": True}
     description = "Cooperative: cover every landmark on a grid, one agent on each, without collisions."
     kind = "cooperative"
-    agent_range = (1, 8)
+    agent_range = (1, 16)
     default_reward_weights = {"format": 0.2, "collision": 0.2, "progress": 0.1, "coverage": 0.2, "task": 1.0}
 
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
@@ -101,11 +104,10 @@ class NavigationEnv(GridScenario):
         rng = np.random.default_rng(episode_seed)
         n = len(self.possible_agents)
         self.level = self._draw_level(rng, split)
-        big = n > 4
         if self.level == "basic":
-            self.board = random_board(5 + big, 0, rng)
+            self.board = random_board(5 + (n > 4) + 2 * (n > 8), 0, rng)
         else:
-            size = 7 + big
+            size = 7 + (n > 4)
             self.board = random_board(size, size - 2, rng)
         free = self.board.free_cells()
         cells = [free[int(i)] for i in rng.choice(len(free), size=2 * n, replace=False)]
@@ -119,7 +121,7 @@ class NavigationEnv(GridScenario):
             head += f" walls: {b.tokens(sorted(b.walls))}."
         texts = {}
         for agent in self.possible_agents:
-            others = self._occupied_tokens([a for a in self.possible_agents if a != agent])
+            others = self._occupied_tokens([a for a in self.possible_agents if a != agent], agent)
             texts[agent] = f"you are {agent} at {b.token(self.pos[agent])}. {head}" + (
                 f" others: {others}." if others else "")
         return texts
@@ -171,8 +173,11 @@ class NavigationEnv(GridScenario):
 
     def _status(self, agent: str, covered: int) -> str:
         b = self.board
-        others = self._occupied_tokens([a for a in self.possible_agents if a != agent])
-        text = f"you {b.token(self.pos[agent])}; landmarks {b.tokens(self.landmarks)}"
+        others = self._occupied_tokens([a for a in self.possible_agents if a != agent], agent)
+        text = f"you {b.token(self.pos[agent])}"
+        landmarks = [lm for lm in self.landmarks if self._sees(agent, lm)]
+        if landmarks or self.opts.view is None:
+            text += f"; landmarks {b.tokens(landmarks)}"
         if others:
             text += f"; others {others}"
         return f"{text}; covered {covered}/{len(self.landmarks)}"

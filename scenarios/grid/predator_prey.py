@@ -1,6 +1,6 @@
 """Predator-prey (``predator_prey``): a team of predators hunts a team of prey on a small grid.
 
-**Agents.** n even in [2, 8]: ``agent_0`` .. ``agent_{k-1}`` are predators, ``agent_k`` ..
+**Agents.** n even in [2, 16]: ``agent_0`` .. ``agent_{k-1}`` are predators, ``agent_k`` ..
 ``agent_{n-1}`` prey (k = n/2); ``team_of(agent)`` says which. A caught prey leaves ``agents``
 at once (``failure``) while the others play on, so agents finish at different times.
 
@@ -46,10 +46,11 @@ every predator (termination). Running out of ``max_turns``: truncation with reas
 ``max_turns`` for everyone left (surviving prey get ``outcome`` +1).
 
 **Options.** ``split``, ``max_turns`` (20), ``reward_weights``, ``train_hard_frac`` (0.5),
-``individual_weight`` (0.25).
+``individual_weight`` (0.25), ``view`` (None: the whole board; else every turn lists only the
+agents within view, the first turn too).
 
-**Splits.** ``basic``: a 5x5 grid (6x6 for more than 4 agents), no walls. ``hard``: 7x7 (8x8)
-with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
+**Splits.** ``basic``: a 5x5 grid (6x6 for more than 4 agents, 7x7 for more than 8), no walls.
+``hard``: 7x7 (8x8 for more than 4 agents) with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
 Evaluation seeds: ``PredatorPreyEnv.eval_seeds(split, n)``. Predators start at distance 3 or
 more from every prey (2 on the rare crowded board). ``state()`` adds the level, walls and caught prey.
 
@@ -95,7 +96,7 @@ class PredatorPreyEnv(GridScenario):
     metadata = {"render_modes": ["ansi"], "name": "predator_prey", "is_parallelizable": True}
     description = "Mixed: predators catch prey on a grid; team rewards with an individual share."
     kind = "mixed"
-    agent_range = (2, 8)
+    agent_range = (2, 16)
     options_cls = PredatorPreyOptions
     extra_entities = (PREDATOR, PREY)
     default_reward_weights = {"format": 0.2, "collision": 0.1, "chase": 0.05, "team": 1.0,
@@ -104,7 +105,7 @@ class PredatorPreyEnv(GridScenario):
     def __init__(self, n_agents: int | None = None, seed: int | None = None, render_mode: str | None = None,
                  **options: Any):
         if isinstance(n_agents, int) and not isinstance(n_agents, bool) and n_agents % 2:
-            raise ValueError(f"PredatorPreyEnv takes an even n_agents (k predators and k prey) in [2, 8], got {n_agents}")
+            raise ValueError(f"PredatorPreyEnv takes an even n_agents (k predators and k prey) in [2, 16], got {n_agents}")
         super().__init__(n_agents=n_agents, seed=seed, render_mode=render_mode, **options)
         k = len(self.possible_agents) // 2
         self.predators, self.prey = self.possible_agents[:k], self.possible_agents[k:]
@@ -132,7 +133,7 @@ class PredatorPreyEnv(GridScenario):
         rng = np.random.default_rng(episode_seed)
         k = len(self.predators)
         self.level = self._draw_level(rng, split)
-        size = (5 if self.level == "basic" else 7) + (k > 2)
+        size = 5 + (k > 2) + (k > 4) if self.level == "basic" else 7 + (k > 2)
         self.board = b = random_board(size, 0 if self.level == "basic" else size - 2, rng)
         free = b.free_cells()
         prey_cells = [free[int(i)] for i in rng.choice(len(free), size=k, replace=False)]
@@ -159,7 +160,7 @@ class PredatorPreyEnv(GridScenario):
     def _status(self, agent: str, sep: str = "; ") -> str:
         parts = [f"you {self.board.token(self.pos[agent])}"]
         for label, group in ((PREDATOR, self.predators), (PREY, self.prey)):
-            listed = self._occupied_tokens([a for a in group if a != agent])
+            listed = self._occupied_tokens([a for a in group if a != agent], agent)
             if listed:
                 parts.append(f"{label}: {listed}")
         return sep.join(parts)
