@@ -43,18 +43,19 @@ collision 0.2, progress 0.1, coverage 0.2, task 1.0).
 **Ending.** Every landmark covered: ``success`` for all agents (termination). Running out of
 ``max_turns``: truncation with reason ``max_turns`` for all agents.
 
-**Options.** ``split``, ``max_turns`` (20), ``reward_weights``, ``train_hard_frac`` (0.5), ``view`` (None: the whole board),
-``settle`` (False): when on, an agent that ends a turn alone on a landmark settles there: its
-episode ends with ``success`` (it leaves ``agents``, so agents finish at different times), its
-cell stays taken (moving into it is a bump) and it keeps the landmark covered; the team's
-``task`` reward goes to the agents still playing when the last landmark is covered.
+**Options.** ``split``, ``max_turns`` (20), ``reward_weights``, ``train_hard_frac`` (0.5),
+``view`` (None: the whole board), ``settle`` (False): when on, an agent that ends a turn alone
+on a landmark settles there: its episode ends with ``success`` (it leaves ``agents``, so agents
+finish at different times), its cell stays taken (moving into it is a bump) and it keeps the
+landmark covered; the team's ``task`` reward goes to the agents still playing when the last
+landmark is covered.
 
 **Splits.** ``basic``: a 5x5 grid (6x6 for more than 4 agents, 8x8 for more than 8), no walls.
-``hard``: 7x7 (8x8 for more than 4 agents) with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
-Evaluation seeds: ``NavigationEnv.eval_seeds(split, n)``. ``state()`` adds the level, walls,
-landmarks and coverage to the per-agent lines.
+``hard``: 7x7 (8x8 for more than 4 agents) with size-2 wall cells that never cut the grid.
+``train``: a seeded mixture of the two. Evaluation seeds: ``NavigationEnv.eval_seeds(split, n)``.
+``state()`` adds the level, walls, landmarks and coverage to the per-agent lines.
 
-**Capabilities.** Move classes and no visible turn budget (``common.py``);
+**Capabilities.** Move classes and the visible turn budget (``common.py``);
 ``episode_stats(agent)``: ``coverage``, the share of landmarks covered now.
 """
 

@@ -50,11 +50,12 @@ every predator (termination). Running out of ``max_turns``: truncation with reas
 agents within view, the first turn too).
 
 **Splits.** ``basic``: a 5x5 grid (6x6 for more than 4 agents, 7x7 for more than 8), no walls.
-``hard``: 7x7 (8x8 for more than 4 agents) with size-2 wall cells that never cut the grid. ``train``: a seeded mixture of the two.
-Evaluation seeds: ``PredatorPreyEnv.eval_seeds(split, n)``. Predators start at distance 3 or
+``hard``: 7x7 (8x8 for more than 4 agents) with size-2 wall cells that never cut the grid.
+``train``: a seeded mixture of the two. Evaluation seeds: ``PredatorPreyEnv.eval_seeds(split, n)``. Predators start at distance 3 or
 more from every prey (2 on the rare crowded board). ``state()`` adds the level, walls and caught prey.
 
-**Capabilities.** ``team_of``; ``opponent_slots(agent)``: the other team's agents; move classes and no visible turn budget (``common.py``);
+**Capabilities.** ``team_of``; ``opponent_slots(agent)``: the other team's agents; move classes
+and the visible turn budget (``common.py``);
 ``episode_stats(agent)``: a predator's ``catches`` (its credited share of catches so far), a
 prey's ``caught`` (1 once caught, else 0).
 """
