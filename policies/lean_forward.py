@@ -9,7 +9,9 @@ the transformers `Cache` the caller passes (so the turn cache, row parking and `
 work unchanged, and a cache filled by the full model continues here and back), the router as the model
 computes it, and the experts grouped by expert: padded to the busiest expert's count in one batched matmul
 on tens of tokens (decoding), one matmul per chosen expert on a token or two or on thousands (prefill), on
-real tokens only (padding columns skip the MoE: no real query reads them).
+real tokens only (padding columns skip the MoE: no real query reads them). The last layer runs its query,
+attention and MoE for each row's last column only: nothing reads the others' outputs (their keys and values
+still go to the cache), which takes most of a layer off every prefill.
 Logits match the model's forward to float tolerance (tested), not bit for bit.
 
 Left out: training (no gradients, no router logits: the learner scores through the model's own
@@ -128,7 +130,8 @@ class LeanForward:
                            torch.full((), float("-inf"), dtype=x.dtype, device=x.device))
         real = attention[:, -width:].reshape(-1).bool()
         every_token_real = bool(real.all())
-        for index, layer in enumerate(base.layers):
+        layers = base.layers
+        for index, layer in enumerate(layers[:-1]):
             h = _rms_norm(x, layer.input_layernorm.weight, self.eps)
             x = x + self._attention(layer.self_attn, h, cos, sin, mask, cache, index)
             h = _rms_norm(x, layer.post_attention_layernorm.weight, self.eps)
@@ -139,6 +142,14 @@ class LeanForward:
                 out = torch.zeros_like(flat)
                 out[real] = self._mlp(layer.mlp, flat[real])
             x = x + out.reshape(n, width, -1)
+        # The last layer's output is read only at each row's last column (the logits); every column still
+        # writes its keys and values to the cache, but only the last one queries, and only it goes through
+        # the feed-forward. A prefill of W columns saves W - 1 columns of that layer's attention and MoE.
+        layer = layers[-1]
+        h = _rms_norm(x, layer.input_layernorm.weight, self.eps)
+        x = x[:, -1:] + self._attention(layer.self_attn, h, cos, sin, mask, cache, len(layers) - 1, last_only=True)
+        h = _rms_norm(x, layer.post_attention_layernorm.weight, self.eps)
+        x = x + self._mlp(layer.mlp, h.reshape(n, -1)).reshape(n, 1, -1)
         last = _rms_norm(x[:, -1], base.norm.weight, self.eps)
         head = self.model.get_output_embeddings()  # read per call: a resized vocabulary replaces it
         return F.linear(last, head.weight, head.bias), cache
@@ -156,16 +167,20 @@ class LeanForward:
         return visible[:, None]
 
     def _attention(self, attn: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                   cache: Any, index: int) -> torch.Tensor:
+                   cache: Any, index: int, last_only: bool = False) -> torch.Tensor:
+        """The layer's attention output [n, W, hidden] (`last_only`: [n, 1, hidden], the last column's query
+        alone, while every column's keys and values still enter the cache)."""
         n, width, _ = h.shape
-        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(n, width, self.heads, self.head_dim)
         k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(n, width, self.kv_heads, self.head_dim)
         v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(n, width, self.kv_heads, self.head_dim)
-        q = _rms_norm(q, attn.q_norm.weight, self.eps).transpose(1, 2)
         k = _rms_norm(k, attn.k_norm.weight, self.eps).transpose(1, 2)
         v = v.transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
+        if last_only:
+            h, cos, sin, mask, width = h[:, -1:], cos[:, :, -1:], sin[:, :, -1:], mask[:, :, -1:], 1
+        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(n, width, self.heads, self.head_dim)
+        q = _rms_norm(q, attn.q_norm.weight, self.eps).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
         layers = getattr(cache, "layers", ())
         layer = layers[index] if len(layers) > index and not getattr(cache, "offloading", False) else None
         # a plain dynamic layer grows in place (`kv_room`); any other kind keeps its own update
