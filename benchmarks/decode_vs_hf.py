@@ -9,8 +9,9 @@ prompts of `--prompt-tokens` tokens, with a KV cache:
   `prefix_allowed_tokens_fn`, one forward per token. Both stop a row at the action's end token.
 Each cell is the best of `--repeats` timed calls after one warm-up call, in generated tokens per second;
 the ratio is ours over transformers' measured in this one run. `--bound` adds the fp32 matmul rate of
-this machine (a square matmul) and each row's share of it: the matmul FLOPs of the whole call (the prompts'
-tokens, read in the first forward, and the generated ones) over its time, as model-FLOPs utilization counts.
+this machine (a square matmul) and each row's share of it: the matmul FLOPs the lean forward ran in the whole
+call (the prompts' tokens, read in the first forward, and the generated ones; work it skips, such as the last
+layer's queries and experts for columns whose output nobody reads, does not count) over its time.
 
     python benchmarks/decode_vs_hf.py --presets tiny-moe small-moe --batches 1 16 64 256
 """
@@ -18,6 +19,7 @@ tokens, read in the first forward, and the generated ones) over its time, as mod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ import torch
 from marl.config import TrainConfig
 from marl.run.build import build_policy, train_env_factory
 from policies.constrained import TokenTrie
+from policies.lean_forward import LeanForward
 from policies.llm_policy import LLMPolicy
 
 
@@ -39,17 +42,46 @@ def matmul_gflops(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size ** 3 / best / 1e9
 
 
-def flops_per_token(model: torch.nn.Module, context: int, head: bool = True) -> float:
-    """Matmul FLOPs of one token: projections, the experts a token is routed to, the router, attention over
-    `context` columns and, with `head`, the output layer (a prompt token but the last needs no logits;
-    embedding lookups are free)."""
+def layer_flops(model: torch.nn.Module, context: float) -> tuple[float, float]:
+    """Matmul FLOPs one column costs in one decoder layer: (its key and value projections, everything else:
+    the query and output projections, attention over `context` columns, the router and its experts)."""
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    attn = c.hidden_size * head_dim * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
-    attn += 2 * c.num_attention_heads * head_dim * context
-    experts = c.num_experts_per_tok * 3 * c.hidden_size * c.moe_intermediate_size + c.hidden_size * c.num_experts
-    out = c.hidden_size * model.get_output_embeddings().weight.shape[0] if head else 0
-    return 2.0 * (c.num_hidden_layers * (attn + experts) + out)
+    kv = 2.0 * c.hidden_size * head_dim * 2 * c.num_key_value_heads
+    rest = 2.0 * (c.hidden_size * head_dim * 2 * c.num_attention_heads + 2 * c.num_attention_heads * head_dim * context
+                  + c.num_experts_per_tok * 3 * c.hidden_size * c.moe_intermediate_size + c.hidden_size * c.num_experts)
+    return kv, rest
+
+
+def executed_flops(model: torch.nn.Module, calls: list[tuple[int, int, int, int]]) -> float:
+    """Matmul FLOPs the lean forward ran over `calls` (rows, real columns, past columns, width each): every real
+    column through all layers but the last, whose keys and values only it computes; each row's last column
+    through the last layer and the output layer (embedding lookups are free)."""
+    layers = model.config.num_hidden_layers
+    head = 2.0 * model.config.hidden_size * model.get_output_embeddings().weight.shape[0]
+    total = 0.0
+    for rows, columns, past, width in calls:
+        kv, rest = layer_flops(model, past + width / 2)  # a column attends to half the chunk on average
+        _, last_rest = layer_flops(model, past + width)
+        total += columns * ((layers - 1) * (kv + rest) + kv) + rows * (last_rest + head)
+    return total
+
+
+@contextlib.contextmanager
+def recording_calls(calls: list[tuple[int, int, int, int]]):
+    """Record (rows, real columns, past columns, width) of every lean forward call made inside."""
+    original = LeanForward.__call__
+
+    def record(self, ids, attention, positions, cache):
+        rows, width = ids.shape
+        calls.append((rows, int(attention[:, -width:].sum()), attention.shape[1] - width, width))
+        return original(self, ids, attention, positions, cache)
+
+    LeanForward.__call__ = record
+    try:
+        yield
+    finally:
+        LeanForward.__call__ = original
 
 
 def _timed(fn) -> float:
@@ -100,22 +132,23 @@ def ours_generate(policy: LLMPolicy, prompts: torch.Tensor, grammar, lean: bool 
 
 
 def best_rate(name: str, policy: LLMPolicy, prompts: torch.Tensor, grammar, trie: TokenTrie | None,
-              new_tokens: int, repeats: int) -> tuple[float, int]:
+              new_tokens: int, repeats: int) -> tuple[float, float]:
     """Generated tokens/s of one side (`hf`, ours through the `model` forward, `ours`), best of `repeats`, and
-    the tokens that call generated."""
+    that call's seconds."""
     def run() -> int:
         if name == "hf":
             return hf_generate(policy, prompts, new_tokens, trie)
         return ours_generate(policy, prompts, grammar, lean=name == "ours")
 
     run()  # warm-up
-    best, best_tokens = 0.0, 0
+    best, best_seconds = 0.0, 0.0
     for _ in range(repeats):
         t0 = time.perf_counter()
         tokens = run()
-        if tokens / (time.perf_counter() - t0) > best:
-            best, best_tokens = tokens / (time.perf_counter() - t0), tokens
-    return best, best_tokens
+        seconds = time.perf_counter() - t0
+        if tokens / seconds > best:
+            best, best_seconds = tokens / seconds, seconds
+    return best, best_seconds
 
 
 def main() -> None:
@@ -148,25 +181,24 @@ def main() -> None:
             trie = TokenTrie.from_grammar(grammar, tokenizer, policy.end_id)
             usable = np.flatnonzero(policy.free_mask(torch.device("cpu")).numpy())
             params = sum(p.numel() for p in model.parameters()) / 1e6
-            per_token = flops_per_token(model, args.prompt_tokens + args.new_tokens // 2)
-            # a prompt token attends to half the prompt on average; only the last one computes logits
-            prompt_flops = args.prompt_tokens * flops_per_token(model, args.prompt_tokens // 2, head=False)
             for mode in args.modes:
                 for batch in args.batches:
                     prompts = torch.from_numpy(np.random.default_rng(batch).choice(usable, (batch, args.prompt_tokens)))
                     g = None if mode == "free" else grammar
                     t = None if mode == "free" else trie
-                    rates, tokens = {}, {}
+                    rates, seconds = {}, {}
                     for name in ("hf", "model", "ours"):
-                        rates[name], tokens[name] = best_rate(name, policy, prompts, g, t, args.new_tokens,
-                                                              args.repeats)
+                        rates[name], seconds[name] = best_rate(name, policy, prompts, g, t, args.new_tokens,
+                                                               args.repeats)
                     row = (f"| {preset} | {params:.1f}M | {mode} | {batch} | {rates['hf']:,.0f} | {rates['model']:,.0f} | "
                            f"{rates['ours']:,.0f} | "
                            f"{rates['ours'] / rates['hf']:.2f}x |")
                     achieved = None
-                    if bound:
-                        seconds = tokens["ours"] / rates["ours"]
-                        achieved = (tokens["ours"] * per_token + batch * prompt_flops) / seconds / 1e9
+                    if bound:  # the work of one call (sampling varies the forwards a little from call to call)
+                        calls: list[tuple[int, int, int, int]] = []
+                        with recording_calls(calls):
+                            ours_generate(policy, prompts, g)
+                        achieved = executed_flops(model, calls) / seconds["ours"] / 1e9
                     rows.append((row, achieved))
                     print(row + (f" {achieved:.1f} GFLOP/s" if achieved else ""), flush=True)
     if bound:
