@@ -97,10 +97,10 @@ def score_spans(
     scores = SequenceScores(logprobs=logprobs, mask=mask, entropy=entropy, log_dist=logp_all, slots=slot_t,
                             prompt_hidden=fwd.hidden)
     if fwd.router_layers:
-        scores.router_logits, scores.router_token_mask = fwd.router_layers, fwd.token_mask
+        scores.router_logits, scores.router_masks = fwd.router_layers, fwd.router_masks
         scores.aux_loss = fwd.model_aux if fwd.model_aux is not None else aux_loss(
-            model, None, fwd.router_layers, fwd.token_mask)
-        scores.expert_load = expert_load(fwd.router_layers, fwd.token_mask, expert_counts(model)[1])
+            model, None, fwd.router_layers, fwd.router_masks)
+        scores.expert_load = expert_load(fwd.router_layers, fwd.router_masks, expert_counts(model)[1])
     return scores
 
 

@@ -12,17 +12,22 @@ the model allows:
 - body and head: one forward of the transformer body without a padding mask (right padding under
   a causal mask: no real token sees a later pad), the output layer on the chosen positions only.
 - full: the model's own forward and logits (models that scale or cap their logits).
+On the first two paths the body's last layer runs on the asked positions only where the model allows it
+(`policies/asked_columns.py`): nothing reads its output elsewhere. Its router rows are then those positions.
 Left out: packing several sequences into one row, and prefixes shared by only part of a prompt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+
+from policies import asked_columns
 
 BUCKET_RATIO = 0.7
 """A remainder shorter than this share of its bucket's longest starts a new bucket (less padding, more forwards)."""
@@ -33,8 +38,8 @@ class DecisionForward:
     """Logits at the asked positions, and what router statistics need."""
 
     logits: torch.Tensor  # [positions, vocab]
-    router_layers: tuple[torch.Tensor, ...] | None  # per MoE layer [tokens, experts], in `token_mask` order
-    token_mask: torch.Tensor  # [1, tokens] or [rows, width]: 1 on real tokens, laid out like the router rows
+    router_layers: tuple[torch.Tensor, ...] | None  # per MoE layer [tokens, experts], laid out as `router_masks`
+    router_masks: tuple[torch.Tensor, ...]  # per layer, flat: 1 on the router rows of real tokens
     model_aux: torch.Tensor | None  # the model's own load-balancing loss (full path only; it saw the mask)
     hidden: torch.Tensor | None = None  # [extra positions, hidden]: the last hidden states at `hidden_at`
 
@@ -64,12 +69,15 @@ def body_and_head(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Mod
 
 def decision_logits(model: PreTrainedModel, sequences: Sequence[Sequence[int]], rows: list[int], cols: list[int],
                     *, shared_until: Sequence[int], pad_id: int, device: torch.device,
-                    with_router_logits: bool, hidden_at: tuple[list[int], list[int]] | None = None) -> DecisionForward:
+                    with_router_logits: bool, hidden_at: tuple[list[int], list[int]] | None = None,
+                    last_layer_asked_only: bool = True) -> DecisionForward:
     """Logits predicting the token after position `cols[k]` of sequence `rows[k]`.
 
     `shared_until[r]` is how many leading tokens of sequence r may come from a shared prefix (no asked
     position may lie before it); 0 turns sharing off for that row. `hidden_at` (rows, cols) asks for the
     last hidden states at more positions (an opponent head's inputs), returned as `hidden`.
+    `last_layer_asked_only=False` runs the body's last layer on every position (same logits, whole-layer router
+    statistics).
     """
     kwargs = {"output_router_logits": True} if with_router_logits else {}
     n = len(rows)
@@ -83,17 +91,47 @@ def decision_logits(model: PreTrainedModel, sequences: Sequence[Sequence[int]], 
                     output_hidden_states=hidden_at is not None, **kwargs)
         where = (_t(rows, device), _t(cols, device))
         hidden = out.hidden_states[-1][where][n:] if hidden_at is not None else None
-        return DecisionForward(out.logits[where][:n], _layers(out), mask, getattr(out, "aux_loss", None), hidden)
+        router = _layers(out)
+        return DecisionForward(out.logits[where][:n], router, _router_masks([mask.reshape(-1)], False, router),
+                               getattr(out, "aux_loss", None), hidden)
     body, head = parts
+    shortcut = last_layer_asked_only and asked_columns.supports(body)
     plan = _prefix_plan(sequences, shared_until)
     if plan is None:
         ids, mask = right_padded(sequences, pad_id, device)
         positions = torch.arange(ids.shape[1], device=device)[None].expand(len(sequences), -1)
-        out = body(input_ids=ids, position_ids=positions, use_cache=False, **kwargs)
-        picked, router, token_mask = out.last_hidden_state[_t(rows, device), _t(cols, device)], _layers(out), mask
+        where = (_t(rows, device), _t(cols, device))
+        with _last_layer(body, shortcut, ids.shape, where):
+            out = body(input_ids=ids, position_ids=positions, use_cache=False, **kwargs)
+        picked, router = out.last_hidden_state[where], _layers(out)
+        masks = _router_masks([mask.reshape(-1)], shortcut, router)
     else:
-        picked, router, token_mask = _shared_forward(body, sequences, rows, cols, plan, pad_id, device, kwargs)
-    return DecisionForward(head(picked[:n]), router, token_mask, None, picked[n:] if hidden_at is not None else None)
+        picked, router, masks = _shared_forward(body, sequences, rows, cols, plan, pad_id, device, kwargs, shortcut)
+    return DecisionForward(head(picked[:n]), router, masks, None, picked[n:] if hidden_at is not None else None)
+
+
+@contextlib.contextmanager
+def _last_layer(body: torch.nn.Module, shortcut: bool, shape: torch.Size,
+                where: tuple[torch.Tensor, torch.Tensor]) -> Iterator[None]:
+    """The body's last layer on the positions `where` of a `shape` forward only (when `shortcut`), else whole."""
+    if not shortcut:
+        yield
+        return
+    asked = torch.zeros(tuple(shape), dtype=torch.bool, device=where[0].device)
+    asked[where] = True
+    with asked_columns.asked_columns_only(body, asked):
+        yield
+
+
+def _router_masks(full: list[torch.Tensor], asked_last: bool,
+                  router: tuple[torch.Tensor, ...] | None) -> tuple[torch.Tensor, ...]:
+    """Per router layer, the flat mask of its rows: the forwards' token masks (`full`, concatenated), but for the
+    last layer when it ran on asked positions only (`asked_last`: each of its rows is a real token)."""
+    mask = torch.cat(full)
+    layers = len(router) if router else 0
+    if not asked_last or layers == 0:
+        return (mask,) * max(layers, 1)
+    return (mask,) * (layers - 1) + (mask.new_ones(len(router[-1])),)
 
 
 @dataclass
@@ -159,28 +197,29 @@ def _common_prefix(seqs: list[Sequence[int]]) -> int:
 
 
 def _shared_forward(body: torch.nn.Module, sequences: Sequence[Sequence[int]], rows: list[int], cols: list[int],
-                    plan: PrefixPlan, pad_id: int, device: torch.device, kwargs: dict
-                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, torch.Tensor]:
-    """The hidden states at the asked positions, the router logits and the token mask they are laid out by.
+                    plan: PrefixPlan, pad_id: int, device: torch.device, kwargs: dict, shortcut: bool
+                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...]]:
+    """The hidden states at the asked positions, the router logits and the per-layer masks they are laid out by.
 
     Each prefix once with a KV cache; each bucket of remainders against its rows' prefixes (gradients
     reach the prefixes through the cache). An asked position inside a prefix reads the prefix's hidden state,
     which is the same for every sequence of the family."""
-    pre_ids, pre_mask = right_padded(plan.prefixes, pad_id, device)
-    pre = body(input_ids=pre_ids, position_ids=torch.arange(pre_ids.shape[1], device=device)[None].expand(
-        len(plan.prefixes), -1), use_cache=True, **kwargs)
-    cache = pre.cache if getattr(pre, "cache", None) is not None else pre.past_key_values
-    kv = [(layer.keys, layer.values) for layer in cache.layers]
-    cache_name = "cache" if "cache" in _params(body) else "past_key_values"
     # Which forward holds each asked position's hidden state: -1 the prefix's, else its bucket's.
     bucket_of = {r: (k, i) for k, bucket in enumerate(plan.buckets) for i, r in enumerate(bucket)}
     source = [-1 if c < plan.cut[r] else bucket_of[r][0] for r, c in zip(rows, cols, strict=True)]
+    pre_ids, pre_mask = right_padded(plan.prefixes, pad_id, device)
+    pre_pos = [j for j, src in enumerate(source) if src == -1]
+    pre_where = (_t([plan.which[rows[j]] for j in pre_pos], device), _t([cols[j] for j in pre_pos], device))
+    with _last_layer(body, shortcut, pre_ids.shape, pre_where):
+        pre = body(input_ids=pre_ids, position_ids=torch.arange(pre_ids.shape[1], device=device)[None].expand(
+            len(plan.prefixes), -1), use_cache=True, **kwargs)
+    cache = pre.cache if getattr(pre, "cache", None) is not None else pre.past_key_values
+    kv = [(layer.keys, layer.values) for layer in cache.layers]
+    cache_name = "cache" if "cache" in _params(body) else "past_key_values"
     picks: list[torch.Tensor] = []
     order: list[int] = []
-    pre_pos = [j for j, src in enumerate(source) if src == -1]
     if pre_pos:
-        picks.append(pre.last_hidden_state[_t([plan.which[rows[j]] for j in pre_pos], device),
-                                           _t([cols[j] for j in pre_pos], device)])
+        picks.append(pre.last_hidden_state[pre_where])
         order += pre_pos
     layers = [_layers(pre)]
     masks = [pre_mask.reshape(-1)]
@@ -191,12 +230,13 @@ def _shared_forward(body: torch.nn.Module, sequences: Sequence[Sequence[int]], r
             bucket_cache.update(keys[index], values[index], layer)
         suf_ids, suf_mask = right_padded([list(sequences[r][plan.cut[r]:]) for r in bucket], pad_id, device)
         positions = _t([plan.cut[r] for r in bucket], device)[:, None] + torch.arange(suf_ids.shape[1], device=device)[None]
-        out = body(input_ids=suf_ids, attention_mask=torch.cat([pre_mask[index], suf_mask], dim=1),
-                   position_ids=positions, use_cache=True, **{cache_name: bucket_cache}, **kwargs)
         mine = [j for j, src in enumerate(source) if src == k]
+        where = (_t([bucket_of[rows[j]][1] for j in mine], device), _t([cols[j] - plan.cut[rows[j]] for j in mine], device))
+        with _last_layer(body, shortcut, suf_ids.shape, where):
+            out = body(input_ids=suf_ids, attention_mask=torch.cat([pre_mask[index], suf_mask], dim=1),
+                       position_ids=positions, use_cache=True, **{cache_name: bucket_cache}, **kwargs)
         if mine:
-            picks.append(out.last_hidden_state[_t([bucket_of[rows[j]][1] for j in mine], device),
-                                               _t([cols[j] - plan.cut[rows[j]] for j in mine], device)])
+            picks.append(out.last_hidden_state[where])
             order += mine
         layers.append(_layers(out))
         masks.append(suf_mask.reshape(-1))
@@ -205,7 +245,7 @@ def _shared_forward(body: torch.nn.Module, sequences: Sequence[Sequence[int]], r
     router = None
     if all(layers):
         router = tuple(torch.cat(parts) for parts in zip(*layers, strict=True))
-    return hidden, router, torch.cat(masks)[None]
+    return hidden, router, _router_masks(masks, shortcut, router)
 
 
 def _layers(out: object) -> tuple[torch.Tensor, ...] | None:

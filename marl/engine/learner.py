@@ -254,11 +254,13 @@ class Learner:
         allowed = [[t.allowed for t in p.turns] for p in pieces]
         turns = [t for p in pieces for t in p.turns]
         turn_ids = [i for p in pieces for i in p.turn_ids]
-        scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0,
-                                           with_prompt_hidden=totals["opponent"] > 0, hint_lengths=hint_lengths(pieces))
+        # The anchor reads the same positions (its prompt hidden states too, unused): the learner's last layer runs
+        # on the positions read, so both then route the same rows and their routing can be compared row by row.
+        read = {"with_prompt_hidden": totals["opponent"] > 0, "hint_lengths": hint_lengths(pieces)}
+        scores = self.policy.span_logprobs(sequences, spans, allowed, with_router_logits=self.aux_coef > 0, **read)
         with torch.no_grad():
             ref = self.reference.span_logprobs(sequences, spans, allowed,
-                                               with_router_logits=scores.router_logits is not None)
+                                               with_router_logits=scores.router_logits is not None, **read)
         width, device = scores.logprobs.shape[1], scores.logprobs.device
         include = torch.tensor([bool(adv.include[i]) for i in turn_ids], dtype=torch.bool, device=device)
         anchored = torch.tensor([bool(anchor[i]) for i in turn_ids], dtype=torch.bool, device=device)
@@ -292,7 +294,7 @@ class Learner:
             figures["opponent/accuracy"] = float(correct) / totals["opponent"]
         if scores.router_logits is not None and ref.router_logits is not None:
             # the same tokens routed by the policy and by its anchor: how far RL has moved the expert choice
-            agree = routing_agreement(scores.router_logits, ref.router_logits, scores.router_token_mask,
+            agree = routing_agreement(scores.router_logits, ref.router_logits, scores.router_masks,
                                       expert_counts(self.policy.model)[1]) * share
             figures["moe/routing_agreement"] = float(agree.mean())
             figures.update({f"moe/routing_agreement/layer_{i}": float(v) for i, v in enumerate(agree.tolist())})

@@ -13,5 +13,5 @@ def test_agreement_counts_tokens_whose_top_k_set_is_unchanged():
     b[1, a[1].topk(2).indices] += torch.tensor([-0.01, 0.01])  # same set, maybe another order: agrees
     mask = torch.tensor([[1, 1, 1, 1, 0, 0]])  # the last two tokens are padding
     b[4] = -a[4]  # a changed padding token counts for nothing
-    agree = routing_agreement((a, a), (b, a), mask, top_k=2)
+    agree = routing_agreement((a, a), (b, a), (mask, mask), top_k=2)
     assert torch.allclose(agree, torch.tensor([0.75, 1.0]))

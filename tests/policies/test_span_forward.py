@@ -42,25 +42,26 @@ def test_shared_prefix_and_full_forward_match_one_plain_forward(model, tokenizer
     assert body_and_head(model) is not None  # the tiny preset takes the body + head paths
     plain, g_plain = _run(model, tokenizer, [0] * 4, sequences, rows, cols)
     shared, g_shared = _run(model, tokenizer, cuts, sequences, rows, cols)
-    assert shared.token_mask.shape[0] == 1  # the shared path ran (its router rows are prefix then suffix tokens)
+    assert len(shared.router_masks[0]) < 4 * max(len(s) for s in sequences)  # the shared path ran (fewer rows)
     plan = _prefix_plan(sequences, cuts)
     assert len(plan.buckets) > 1 and len(plan.prefixes) == 2
     family = [sequences[0], sequences[1], sequences[3]]
     common = len(os.path.commonprefix(family))
     assert plan.cut == [common, common, len(sequences[2]) - 1, common]  # a family of one: all but its last token
     # every real token ran once, but the family's common prefix, which ran once for three rows
-    assert int(shared.token_mask.sum()) == sum(len(s) for s in sequences) - 2 * common
+    assert int(shared.router_masks[0].sum()) == sum(len(s) for s in sequences) - 2 * common
     full, g_full = _run(model, tokenizer, cuts, sequences, rows, cols, full=True, monkeypatch=monkeypatch)
     for other, grads in ((shared, g_shared), (full, g_full)):
         torch.testing.assert_close(other.logits, plain.logits, atol=2e-5, rtol=1e-4)
         for a, b in zip(grads, g_plain, strict=True):
             torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-3)
-    assert all(len(layer) == int(plain.token_mask.numel()) for layer in plain.router_layers)
-    assert all(len(layer) == int(shared.token_mask.numel()) for layer in shared.router_layers)
+    for out in (plain, shared, full):
+        assert [len(layer) for layer in out.router_layers] == [len(mask) for mask in out.router_masks]
+    assert len(plain.router_layers[-1]) == len(shared.router_layers[-1]) == len(rows)  # the asked positions only
 
 
 def test_sharing_is_skipped_when_no_prefix_repeats(model, tokenizer):
     sequences, cuts, _, _ = _batch(tokenizer)
     distinct = [sequences[0], sequences[2]]
     out, _ = _run(model, tokenizer, [cuts[0], cuts[2]], distinct, [0, 1], [cuts[0], cuts[2]])
-    assert out.token_mask.shape == (2, max(len(s) for s in distinct))  # one plain forward
+    assert out.router_masks[0].shape == (2 * max(len(s) for s in distinct),)  # one plain forward
