@@ -48,7 +48,7 @@ class SequenceScores:
     log_dist: torch.Tensor | None = None
     slots: torch.Tensor | None = None  # [decisions] where each row of `log_dist` lies in the flattened [B, A] grid
     aux_loss: torch.Tensor | None = None  # Switch load-balancing loss (about top_k when balanced)
-    router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer [B*T, num_experts]
+    router_logits: tuple[torch.Tensor, ...] | None = None  # per MoE layer [rows, num_experts], rows as `router_masks`
     router_masks: tuple[torch.Tensor, ...] | None = None  # per layer, flat: 1 on the router rows of real tokens
     expert_load: torch.Tensor | None = None  # [layers, num_experts] fraction of top-k picks, detached
     prompt_hidden: torch.Tensor | None = None  # [B, hidden] last hidden state where each span's prompt ends, if asked
