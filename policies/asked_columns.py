@@ -12,8 +12,9 @@ What changes is the last layer's router statistics: its router runs on the asked
 hold one row per asked column (in row-major order), and the load-balancing loss, expert load and routing
 agreement count those rows for that layer (`last_layer_rows`): the columns whose experts the learner ran.
 
-Left out: models outside the Qwen3-MoE family, sliding-window attention, gradient checkpointing (each keeps the
-whole layer, `supports` says False).
+Used by the learner's scoring forward (Qwen3-MoE policies) and by critics (dense Qwen3 trunks, which read values at
+a few positions of each conversation). Left out: other model families, sliding-window attention, gradient
+checkpointing (each keeps the whole layer, `supports` says False).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-SUPPORTED_TYPES = frozenset({"qwen3_moe"})
+SUPPORTED_TYPES = frozenset({"qwen3_moe", "qwen3"})
 
 
 def supports(body: torch.nn.Module) -> bool:
@@ -79,7 +80,7 @@ class _AskedColumnsLayer(torch.nn.Module):
             raise ValueError(f"asked columns laid out as {tuple(self.asked.shape)} for a forward of {(rows, width)}")
         if position_embeddings is None:
             raise ValueError("the body passed no rotary embeddings to its last layer")
-        cos, sin = (t[:, None] for t in position_embeddings)  # [rows, 1, width, head_dim]
+        cos, sin = (t[:, None].expand(rows, -1, -1, -1) for t in position_embeddings)  # [rows, 1, width, head_dim]
         h = layer.input_layernorm(hidden_states)
         kv_shape = (rows, width, -1, attn.head_dim)
         k = attn.k_norm(attn.k_proj(h).view(kv_shape)).transpose(1, 2)

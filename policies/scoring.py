@@ -13,6 +13,7 @@ enables them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +103,41 @@ def score_spans(
             model, None, fwd.router_layers, fwd.router_masks)
         scores.expert_load = expert_load(fwd.router_layers, fwd.router_masks, expert_counts(model)[1])
     return scores
+
+
+@dataclass
+class ImitationLoss:
+    """Cross-entropy on demonstrations' action tokens, from one training forward."""
+
+    cross_entropy: torch.Tensor  # mean over the action tokens
+    aux_loss: torch.Tensor | None  # Switch load-balancing loss (MoE models, when asked)
+    hidden: torch.Tensor | None  # [positions, hidden] last hidden states at `hidden_at`, if asked
+
+
+def imitation_loss(model: PreTrainedModel, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], *,
+                   pad_id: int, device: torch.device, with_router_logits: bool = False,
+                   hidden_at: tuple[list[int], list[int]] | None = None) -> ImitationLoss:
+    """The causal-LM loss on the tokens where `masks[i]` is 1 (each predicted by the position before it), as the
+    model's own loss with labels computes it, through the scoring forward: the output layer (and the body's last
+    layer, where the model allows it) runs only where a token is predicted or `hidden_at` asks."""
+    rows, cols, targets = [], [], []
+    for r, (seq, mask) in enumerate(zip(sequences, masks, strict=True)):
+        if len(seq) != len(mask):
+            raise ValueError(f"demonstration {r} has {len(seq)} tokens but a mask of {len(mask)}")
+        for t in range(1, len(seq)):
+            if mask[t]:
+                rows.append(r)
+                cols.append(t - 1)
+                targets.append(seq[t])
+    if not rows:
+        raise ValueError("no action token to imitate in this batch")
+    fwd = decision_logits(model, sequences, rows, cols, shared_until=[0] * len(sequences), pad_id=pad_id,
+                          device=device, with_router_logits=with_router_logits, hidden_at=hidden_at)
+    ce = F.cross_entropy(fwd.logits.float(), torch.tensor(targets, device=device))
+    aux = None
+    if fwd.router_layers:
+        aux = fwd.model_aux if fwd.model_aux is not None else aux_loss(model, None, fwd.router_layers, fwd.router_masks)
+    return ImitationLoss(ce, aux, fwd.hidden)
 
 
 _OUTSIDE = ("an action token lies outside its allowed set; pass the `allowed` lists recorded by generate for these "

@@ -19,6 +19,7 @@ setups keep a separate critic to avoid).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +27,8 @@ from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModel
+
+from policies import asked_columns
 
 CRITIC_PRESETS: dict[str, dict[str, Any]] = {
     "tiny-critic": {
@@ -94,9 +97,16 @@ class ValueModel(torch.nn.Module):
                 rows.append(i)
                 cols.append(p)
         device = self.device
-        out = self.trunk(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False)
-        hidden = out.last_hidden_state[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]
-        return self.head(hidden.float()).squeeze(-1)
+        where = (torch.tensor(rows, device=device), torch.tensor(cols, device=device))
+        # nothing reads the last layer's output but at the value positions: run it there only where the trunk allows
+        read = contextlib.nullcontext()
+        if asked_columns.supports(self.trunk):
+            asked = torch.zeros((n, width), dtype=torch.bool, device=device)
+            asked[where] = True
+            read = asked_columns.asked_columns_only(self.trunk, asked)
+        with read:
+            out = self.trunk(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False)
+        return self.head(out.last_hidden_state[where].float()).squeeze(-1)
 
     def save(self, folder: str | Path) -> Path:
         """Trunk with `save_pretrained` (safetensors) and the head beside it."""

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from marl.config import RLConfig
 from marl.engine.advantages import Advantages, anchored_turns
@@ -54,13 +53,13 @@ from marl.engine.rollout import RolloutBatch
 from marl.engine.sequences import (
     EpisodeSequence,
     decision_mask,
-    demonstration_batch,
     episode_sequence,
     micro_batches,
     padded,
 )
 from policies.opponent_head import opponent_loss
 from policies.router_stats import expert_counts, load_entropy, routing_agreement
+from policies.scoring import imitation_loss
 
 
 @dataclass
@@ -376,11 +375,8 @@ class Learner:
         """Cross-entropy on a random minibatch of demonstrations, on their action tokens only."""
         ids_all, masks_all = self.demos["input_ids"], self.demos["assistant_masks"]
         pick = self.rng.choice(len(ids_all), size=min(self.cfg.ptx_batch_size, len(ids_all)), replace=False)
-        ids, attention, labels = demonstration_batch([ids_all[i] for i in pick], [masks_all[i] for i in pick],
-                                                     self.policy.pad_id, device)
-        logits = self.policy.model(input_ids=ids, attention_mask=attention, use_cache=False).logits
-        return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                               ignore_index=-100)
+        return imitation_loss(self.policy.model, [ids_all[i] for i in pick], [masks_all[i] for i in pick],
+                              pad_id=self.policy.pad_id, device=device).cross_entropy
 
     def _skip(self, out: dict[str, float]) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 
@@ -113,19 +112,3 @@ def micro_batches(pieces: Sequence[EpisodeSequence], budget: int) -> list[list[E
         else:
             groups.append([piece])
     return groups
-
-
-def demonstration_batch(ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad_id: int, device: Any
-                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Demonstrations as right-padded ids, attention mask and labels (-100 but on the action tokens: SFT's and
-    PPO-ptx's batches)."""
-    width = max(len(x) for x in ids)
-    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(ids), width), dtype=torch.long)
-    labels = torch.full((len(ids), width), -100, dtype=torch.long)
-    for row, (x, m) in enumerate(zip(ids, masks, strict=True)):
-        seq = torch.tensor(x, dtype=torch.long)
-        input_ids[row, : len(x)] = seq
-        attention[row, : len(x)] = 1
-        labels[row, : len(x)] = torch.where(torch.tensor(m, dtype=torch.bool), seq, -100)
-    return input_ids.to(device), attention.to(device), labels.to(device)

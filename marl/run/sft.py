@@ -28,10 +28,10 @@ import torch
 from marl.config import WarmStartConfig
 from marl.engine.opponent import DemoHints
 from marl.engine.rollout import Episode, RolloutWorker, expert_actor
-from marl.engine.sequences import demonstration_batch
 from policies.chat import Dialogue
 from policies.opponent_head import opponent_loss
 from policies.random_policy import RandomPolicy
+from policies.scoring import imitation_loss
 
 
 class Perturbation(str):
@@ -141,8 +141,10 @@ def run_sft(
 ) -> dict[str, float]:
     """Fine-tune `model` in place within `cfg.seconds` (or `cfg.max_steps`); returns the final SFT figures.
 
-    Each step is the model's own causal-LM loss on the action tokens of a batch of similar-length
-    conversations (plus the MoE load-balancing loss, weighted by the model's `router_aux_loss_coef`),
+    Each step is the causal-LM loss on the action tokens of a batch of similar-length conversations
+    (`policies.scoring.imitation_loss`: the output layer, and the last layer where the model allows it, only
+    where an action token is predicted; plus the MoE load-balancing loss, weighted by the model's
+    `router_aux_loss_coef`),
     AdamW, gradient norm clipped at `MAX_GRAD_NORM`. The rate warms up linearly over `cfg.warmup_steps`,
     then stays constant until the anneal of `budget_decay`. `sft/loss` (the mean since the last log),
     `sft/learning_rate` (the rate of the next step), `sft/grad_norm` and `sft/epoch` are logged every
@@ -159,7 +161,8 @@ def run_sft(
     if longest > cfg.max_length:
         raise ValueError(f"a demonstration has {longest} tokens > sft.max_length={cfg.max_length}; raise sft.max_length")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    moe = {"output_router_logits": True} if hasattr(model.config, "output_router_logits") else {}
+    moe = hasattr(model.config, "output_router_logits")
+    aux_coef = float(getattr(model.config, "router_aux_loss_coef", 0.0) or 0.0)
     params = [*model.parameters(), *(head.parameters() if head is not None else ())]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate / max(cfg.warmup_steps, 1), weight_decay=0.0)
     rng = random.Random(seed)
@@ -172,14 +175,13 @@ def run_sft(
     try:
         while step < cfg.max_steps and time.perf_counter() - start < cfg.seconds:
             for batch in length_grouped_batches(lengths, cfg.batch_size, rng):
-                ids, attention, labels = demonstration_batch([input_ids[i] for i in batch], [masks[i] for i in batch], pad_id,
-                                                  model.device)
-                out = model(input_ids=ids, attention_mask=attention, labels=labels, use_cache=False,
-                            output_hidden_states=head is not None, **moe)
-                loss = out.loss
+                rows, cols, targets = demo_opponent_targets(columns, batch, head.slots) if head is not None else (None,) * 3
+                out = imitation_loss(model, [input_ids[i] for i in batch], [masks[i] for i in batch], pad_id=pad_id,
+                                     device=model.device, with_router_logits=moe,
+                                     hidden_at=(rows.tolist(), cols.tolist()) if head is not None else None)
+                loss = out.cross_entropy if out.aux_loss is None else out.cross_entropy + aux_coef * out.aux_loss
                 if head is not None:
-                    rows, cols, targets = (t.to(model.device) for t in demo_opponent_targets(columns, batch, head.slots))
-                    ce, correct, count = opponent_loss(head(out.hidden_states[-1][rows, cols]), targets)
+                    ce, correct, count = opponent_loss(head(out.hidden), targets.to(model.device))
                     if count > 0:
                         loss = loss + head_coef * ce / count
                     for k, v in enumerate((ce, correct, count)):

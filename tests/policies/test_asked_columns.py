@@ -92,3 +92,27 @@ def test_switch_loss_is_the_models_own_where_every_layer_routes_the_same_rows(mo
     torch.testing.assert_close(aux_loss(model, None, short, (mask, torch.ones(4))), pooled)
     load = expert_load(short, (mask, torch.ones(4)), 2)
     assert load.shape == (2, 8) and torch.allclose(load.sum(-1), torch.ones(2))
+
+
+def test_a_critic_reads_the_same_values_and_gradients_through_its_asked_positions(monkeypatch):
+    from policies import value_model
+
+    critic = value_model.build_value_model("tiny-critic", 300, pad_id=0, seed=0)
+    torch.nn.init.normal_(critic.head.weight)  # a zero head would hide the trunk's gradients
+    assert supports(critic.trunk)
+    g = torch.Generator().manual_seed(1)
+    sequences = [torch.randint(1, 300, (n,), generator=g).tolist() for n in (23, 9, 31)]
+    positions = [[0, 7, 22], [8], [3, 4, 30]]
+
+    def run():
+        critic.zero_grad()
+        values = critic.values(sequences, positions)
+        (values * torch.linspace(-1, 1, len(values))).sum().backward()
+        return values.detach(), [p.grad.clone() for p in critic.parameters()]
+
+    asked, g_asked = run()
+    monkeypatch.setattr(value_model.asked_columns, "supports", lambda trunk: False)
+    whole, g_whole = run()
+    torch.testing.assert_close(asked, whole, atol=2e-5, rtol=1e-4)
+    for a, b in zip(g_asked, g_whole, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-3)
