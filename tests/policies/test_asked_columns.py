@@ -116,3 +116,32 @@ def test_a_critic_reads_the_same_values_and_gradients_through_its_asked_position
     torch.testing.assert_close(asked, whole, atol=2e-5, rtol=1e-4)
     for a, b in zip(g_asked, g_whole, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-3)
+
+
+def test_a_lora_adapter_on_the_last_layer_still_applies(model, tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    sequences, _, rows, cols, _ = _batch(tokenizer)
+    lora = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():  # peft starts B at zero (no effect); a random B makes the adapter count
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    assert supports(lora.get_decoder())
+
+    def run(asked_only):
+        lora.zero_grad()
+        out = decision_logits(lora, sequences, rows, cols, shared_until=[0] * len(sequences),
+                              pad_id=tokenizer.pad_token_id, device=torch.device("cpu"), with_router_logits=False,
+                              last_layer_asked_only=asked_only)
+        out.logits.pow(2).mean().backward()
+        return out.logits.detach(), [p.grad.clone() for p in lora.parameters() if p.requires_grad]
+
+    asked, g_asked = run(True)
+    whole, g_whole = run(False)
+    plain = decision_logits(model, sequences, rows, cols, shared_until=[0] * len(sequences),
+                            pad_id=tokenizer.pad_token_id, device=torch.device("cpu"), with_router_logits=False)
+    assert (asked - plain.logits.detach()).abs().max() > 1e-3  # the adapter changes the logits
+    torch.testing.assert_close(asked, whole, atol=2e-5, rtol=1e-4)
+    for a, b in zip(g_asked, g_whole, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-3)
