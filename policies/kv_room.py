@@ -69,6 +69,21 @@ def fresh_room(layer: Any, like_keys: torch.Tensor, like_values: torch.Tensor, r
     make = torch.Tensor.new_zeros if zeroed else torch.Tensor.new_empty
     room = tuple(make(like, (rows, like.shape[1], _room_for(width), like.shape[3]))
                  for like in (like_keys, like_values))
+    return adopt_room(layer, room, width)
+
+
+def room_of(layer: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (keys, values) buffers a layer's keys and values are the filled front of, or None."""
+    room = getattr(layer, _ROOM, None)
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if room is None or not isinstance(keys, torch.Tensor) or keys.dim() != 4 or not isinstance(values, torch.Tensor):
+        return None
+    return room if _holds(room[0], keys) and _holds(room[1], values) else None
+
+
+def adopt_room(layer: Any, room: tuple[torch.Tensor, torch.Tensor], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Make a layer's keys/values the first `width` columns of `room` (buffers of its rows, heads and dim, at
+    least that wide); returns them for the caller to fill in place."""
     setattr(layer, _ROOM, room)
     layer.keys, layer.values = room[0][:, :, :width], room[1][:, :, :width]
     return layer.keys, layer.values

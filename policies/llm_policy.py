@@ -13,8 +13,9 @@ The result records (`Generation`, `SequenceScores`) live in `policies/outputs.py
 forward in `policies/scoring.py`; both names stay importable from here.
 Each decoding forward runs through `policies/lean_forward.py` where the model's family has one (Qwen3-MoE: the
 same logits to float tolerance without transformers' per-call machinery); `lean=False` keeps the model's own.
-Rows that finished leave the batch once a quarter of it is done (their cache is set aside and put
-back for the turn cache), so late forwards run on the rows still deciding.
+Rows that finished leave the batch once a quarter of it is done (`policies/row_parking.py`: the cache stays
+where it is and the rows still deciding are copied out; a turn cache gets every row back), so late forwards
+run on the rows still deciding.
 An opponent head (`policies/opponent_head.py`), when the engine attaches one as `opponent_head`, reads
 `span_logprobs(..., with_prompt_hidden=True)`; one that `feeds_prompt` also predicts in `generate`, from
 the hidden state at each prompt's end, and its prediction's ids (`hint_text`) go after the prompt
@@ -39,18 +40,10 @@ from policies.lean_forward import LeanForward
 from policies.lean_forward import supports as lean_supports
 from policies.opponent_head import hint_text, shown_classes
 from policies.outputs import Generation, SequenceScores
+from policies.row_parking import Home, held_tail, home_of, put_rows_back, rows_movable, take_tail
 from policies.sampling import sample_categorical
 from policies.scoring import score_spans
-from policies.turn_cache import (
-    Prefill,
-    TurnCache,
-    fresh_prefill,
-    held_rows,
-    left_padded,
-    put_rows_back,
-    rows_movable,
-    take_rows,
-)
+from policies.turn_cache import Prefill, TurnCache, fresh_prefill, left_padded
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -233,7 +226,8 @@ class LLMPolicy:
                 next_pos = next_pos + chunk_mask.sum(-1)
                 last, cache, _ = self._forward(feed, attention, hint_positions, cache)
             live = list(range(n))  # the rows still in the batch, in cache order
-            parked: list[tuple[list[int], Any]] = []  # rows taken out when they finished, with their cache
+            parked: list[tuple[list[int], Any]] = []  # rows taken out when they finished, with their cache's tail
+            home: Home | None = None  # the whole cache as it stood when rows first left (`policies/row_parking.py`)
             can_park = rows_movable(cache)
             for _ in range(self.max_new_tokens):  # every step adds at least one token to each active row
                 logits = last.float() / self.temperature
@@ -260,7 +254,8 @@ class LLMPolicy:
                     # run on the rows still deciding; a turn cache gets them back at the end.
                     busy = [j for j, i in enumerate(live) if active[i]]
                     if turn_cache is not None and keys is not None:
-                        parked.append(([live[j] for j in idle], take_rows(cache, attention, idle)))
+                        home = home or home_of(cache, attention)
+                        parked.append(([live[j] for j in idle], take_tail(cache, attention, idle, home.width)))
                     index = torch.tensor(busy, dtype=torch.long, device=device)
                     select_rows(cache, index)
                     attention, next_pos = attention[index], next_pos[index]
@@ -278,8 +273,8 @@ class LLMPolicy:
         finally:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
-            if parked:
-                attention = put_rows_back(cache, [*parked, (live, held_rows(cache, attention))])
+            if home is not None:
+                attention = put_rows_back(cache, home, [*parked, (live, held_tail(cache, attention, home.width))])
             turn_cache.keep(keys, cache, attention, [list(p) + h + ids[:k] for p, h, ids, k in
                                                      zip(prompts, hints, token_ids, fed, strict=True)])
 

@@ -10,7 +10,8 @@ and the real tokens of each row (keyed by the caller, e.g. `(env index, agent)`)
 Rows are left-padded per call, so the kept mask has holes (padding columns between turns); the
 mask and explicit position ids (real tokens only) make that invisible to the model, the same way
 left padding is, and a reuse compacts them away (`compact`) once they are a sixteenth of the width, so
-that later forwards do not attend over many of them. Cache layers grow in place (`kv_room`): a turn
+that later forwards do not attend over many of them; the columns before the first hole stay where they are,
+so a compaction copies what recent turns added rather than the whole conversation. Cache layers grow in place (`kv_room`): a turn
 appends to a buffer with room instead of copying the whole cache. A call reuses the cache only when
 every row's cached tokens are a prefix of its new prompt; anything else (a new episode, a row the cache has not seen) prefills from scratch.
 
@@ -28,7 +29,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from policies.kv_room import fresh_room, select_rows
+from policies.kv_room import adopt_room, fresh_room, room_of, select_rows
+from policies.row_parking import rows_movable
 
 COMPACT_SHARE = 16
 """A kept cache is compacted once the columns it could drop reach 1/this of its width: attending over a few
@@ -56,89 +58,47 @@ def left_padded(chunks: Sequence[Sequence[int]], pad_id: int, device: torch.devi
     return ids.to(device), mask.to(device)
 
 
-def rows_movable(cache: Any) -> bool:
-    """True when every layer of `cache` is a plain key/value layer whose rows can be taken out and put back."""
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and hasattr(cache, "batch_select_indices") and all(
-        hasattr(layer, "keys") and not getattr(layer, "is_sliding", False) for layer in layers)
-
-
-@dataclass
-class CacheRows:
-    """Some rows of a cache: per layer (keys, values) [rows, heads, width, dim], and their mask [rows, width]."""
-
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
-    mask: torch.Tensor
-
-
-def take_rows(cache: Any, mask: torch.Tensor, rows: Sequence[int]) -> CacheRows:
-    """A copy of `rows` of a cache (see `rows_movable`) and of their mask."""
-    index = torch.tensor(list(rows), dtype=torch.long, device=mask.device)
-    return CacheRows([(layer.keys[index], layer.values[index]) for layer in cache.layers], mask[index])
-
-
-def held_rows(cache: Any, mask: torch.Tensor) -> CacheRows:
-    """Every row of a cache (see `rows_movable`) and its mask, as they are (no copy)."""
-    return CacheRows([(layer.keys, layer.values) for layer in cache.layers], mask)
-
-
-def put_rows_back(cache: Any, groups: Sequence[tuple[Sequence[int], CacheRows]]) -> torch.Tensor:
-    """Fill `cache` in place with every group's rows, row `r` at position r (the groups' row ids cover
-    0..n-1 once), each left-padded to the widest group; returns the matching mask."""
-    width = max(g.mask.shape[1] for _, g in groups)
-    rows = sum(len(r) for r, _ in groups)
-    mask = groups[0][1].mask.new_zeros(rows, width)
-    for k, layer in enumerate(cache.layers):
-        # one buffer (with room to grow: the next turn appends in place) per layer, each group written into its
-        # rows; a narrower group's padding columns are zeroed, never NaN under the mask
-        first_k, first_v = groups[0][1].layers[k]
-        keys, values = fresh_room(layer, first_k, first_v, rows, width, zeroed=False)
-        for ids, g in groups:
-            index = torch.tensor(list(ids), dtype=torch.long, device=keys.device)
-            start = width - g.mask.shape[1]
-            keys[index, :, start:] = g.layers[k][0]
-            values[index, :, start:] = g.layers[k][1]
-            if start:
-                keys[index, :, :start] = 0
-                values[index, :, :start] = 0
-    for ids, g in groups:
-        mask[torch.tensor(list(ids), dtype=torch.long, device=mask.device), width - g.mask.shape[1]:] = g.mask
-    return mask
-
-
+@torch.inference_mode()  # writes in place into a cache the rollout filled in inference mode
 def compact(cache: Any, mask: torch.Tensor) -> torch.Tensor:
-    """Drop the padding columns of a kept cache in place (each row's real columns, right-aligned) and return
-    the matching mask. Rows are padded per call and finish at different steps, so a cache gathers holes
-    that every later forward would otherwise attend over; positions live in the keys, so nothing else
-    changes. Fewer holes than `COMPACT_SHARE` allows stay (the mask is returned as it is). Caches with sliding-window or other non-plain layers are left as they are."""
+    """Drop the padding columns of a kept cache in place (each row's real columns in order from the left, its
+    holes after them) and return the matching mask. Rows are padded per call and finish at different steps, so
+    a cache gathers holes that every later forward would otherwise attend over; positions live in the keys, so
+    nothing else changes. Fewer holes than `COMPACT_SHARE` allows stay (the mask is returned as it is). Caches
+    with sliding-window or other non-plain layers are left as they are.
+
+    Columns before the first hole of any row are already where they belong and stay: after the first
+    compaction of an episode that is the conversation up to its shortest row, so a compaction moves about
+    what the turns since the last one added, not the whole cache."""
     if not rows_movable(cache):
         return mask
-    layers = cache.layers
     real = mask.bool()
     counts = real.sum(-1)
     width = int(counts.max())
     if (mask.shape[1] - width) * COMPACT_SHARE < mask.shape[1]:
         return mask
-    # column j of the compacted row r takes the (j - (width - count_r))-th real column of r, or stays padding
-    order = torch.sort((~real).to(torch.int8), dim=1, stable=True).indices  # real columns first, in order
-    shift = (width - counts)[:, None]
-    j = torch.arange(width, device=mask.device)[None]
-    src = order.gather(1, (j - shift).clamp_min(0))
-    keep = j >= shift
-    for layer in layers:
+    start = int((~real).any(0).to(torch.int8).argmax())  # the first column some row does not use
+    # column start + j of row r takes the j-th real column of r from `start` on (or a hole, masked, past them)
+    src = start + torch.sort((~real[:, start:]).to(torch.int8), dim=1, stable=True).indices[:, : width - start]
+    keep = torch.arange(width, device=mask.device)[None] < counts[:, None]
+    for layer in cache.layers:
         if layer.keys is None or layer.keys.numel() == 0:
             continue
         rows = src.to(layer.keys.device)[:, None, :, None]
         old_k, old_v = layer.keys, layer.values
         # keys and values may differ in width (multi-head latent attention: DeepSeek)
-        index_k = rows.expand(-1, old_k.shape[1], -1, old_k.shape[3])
-        index_v = rows.expand(-1, old_v.shape[1], -1, old_v.shape[3])
-        if type(layer) is DynamicLayer:  # into a buffer with room: the next turn appends in place
-            new_k, new_v = fresh_room(layer, old_k, old_v, old_k.shape[0], width, zeroed=False)
-            torch.gather(old_k, 2, index_k, out=new_k)
-            torch.gather(old_v, 2, index_v, out=new_v)
-        else:
-            layer.keys, layer.values = old_k.gather(2, index_k), old_v.gather(2, index_v)
+        moved_k = old_k.gather(2, rows.expand(-1, old_k.shape[1], -1, old_k.shape[3]))
+        moved_v = old_v.gather(2, rows.expand(-1, old_v.shape[1], -1, old_v.shape[3]))
+        if type(layer) is not DynamicLayer:
+            layer.keys = torch.cat([old_k[:, :, :start], moved_k], dim=2)
+            layer.values = torch.cat([old_v[:, :, :start], moved_v], dim=2)
+            continue
+        room = room_of(layer)
+        if room is not None:  # in place: the columns before `start` do not move
+            keys, values = adopt_room(layer, room, width)
+        else:  # into a buffer with room: the next turn appends in place
+            keys, values = fresh_room(layer, old_k, old_v, old_k.shape[0], width, zeroed=False)
+            keys[:, :, :start], values[:, :, :start] = old_k[:, :, :start], old_v[:, :, :start]
+        keys[:, :, start:], values[:, :, start:] = moved_k, moved_v
     return keep.to(mask.dtype)
 
 

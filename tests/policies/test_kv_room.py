@@ -63,7 +63,34 @@ def test_a_few_holes_stay_and_many_are_compacted():
     mask[0, 10] = mask[1, 20] = 0  # one hole per row: nothing every row could drop
     assert compact(cache, mask) is mask and cache.layers[0].keys.shape[2] == 64
     mask[:, 30:42] = 0  # twelve columns no row uses
+    mask[1, 50:53] = 0  # and a shorter row
     kept = compact(cache, mask)
     assert kept.shape == (2, 51) and torch.equal(kept.sum(-1), mask.sum(-1))
-    real = mask[0].bool()
-    assert torch.equal(cache.layers[0].keys[0][:, -int(real.sum()):], k[0][:, real])
+    for row in range(2):  # each row's real columns, in order, from the left; its holes after them
+        real = mask[row].bool()
+        count = int(real.sum())
+        assert torch.equal(kept[row], (torch.arange(51) < count).long())
+        assert torch.equal(cache.layers[0].keys[row][:, :count], k[row][:, real])
+        assert torch.equal(cache.layers[0].values[row][:, :count], v[row][:, real])
+
+
+def test_compaction_moves_only_what_follows_the_first_hole_and_writes_in_place():
+    layer_cache = DynamicCache()
+    layer_cache.layers = [DynamicLayer()]
+    k, v = _chunk(3, 40, 5)
+    append_kv(layer_cache.layers[0], k, v)  # in a buffer with room, as a rollout's cache is
+    mask = torch.ones(3, 40, dtype=torch.long)
+    mask[0, 25:40] = 0  # row 0 ended early: holes after it
+    mask[1, 30:35] = 0
+    mask[2, 20:24] = 0
+    buffer = layer_cache.layers[0].keys.data_ptr()
+    kept = compact(layer_cache, mask)
+    keys = layer_cache.layers[0].keys
+    assert keys.data_ptr() == buffer  # the same buffer: columns before the first hole (20) never moved
+    assert kept.shape == (3, 36)
+    for row in range(3):
+        real = mask[row].bool()
+        assert torch.equal(keys[row][:, : int(real.sum())], k[row][:, real])
+    k2, v2 = _chunk(3, 2, 6)
+    grown, _ = append_kv(layer_cache.layers[0], k2, v2)
+    assert grown.data_ptr() == buffer and torch.equal(grown[:, :, 36:], k2)  # the next turn appends in place

@@ -1,0 +1,105 @@
+"""Rows that finished decoding leave the batch, and come back into the cache a turn cache keeps.
+
+A `generate` call decodes every row until its action ends; rows end at different steps (an ``accept``
+is one decision, an offer a dozen), so once enough of them are done the rest decode without them
+(`LLMPolicy.generate` decides when). Taking them out must not cost what it saves: the cache of a long
+conversation is far larger than what one decoding step adds to it.
+
+So the cache as it stood when rows first left (the *home*: every row, in call order) is kept as it is,
+untouched: only the rows still deciding are copied out to decode on. Rows leaving later take with them
+only the columns decoded since (their *tail*). Putting back writes each group's tail after the home's
+columns, in the home's own buffer when it has room (`kv_room`), so a turn costs copies in proportion to
+what it decoded, not to the conversation. Rows with a shorter tail leave masked columns (holes) after it:
+the turn cache's compaction drops them once they are worth the copy.
+
+Left out: caches whose layers are not plain key/value layers (`rows_movable` says so; the caller keeps every
+row in the batch), and giving the home's spare room back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from policies.kv_room import adopt_room, fresh_room, room_of
+
+
+def rows_movable(cache: Any) -> bool:
+    """True when every layer of `cache` is a plain key/value layer whose rows can be taken out and put back."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and hasattr(cache, "batch_select_indices") and all(
+        hasattr(layer, "keys") and not getattr(layer, "is_sliding", False) for layer in layers)
+
+
+@dataclass
+class CacheRows:
+    """Some rows' columns of a cache: per layer (keys, values) [rows, heads, columns, dim], and their mask."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    mask: torch.Tensor
+
+
+@dataclass
+class Home:
+    """A cache as it stood when rows first left the batch: every row's columns (views, not copies) and the
+    buffers they live in, so that putting back can write after them in place."""
+
+    rows: CacheRows
+    rooms: list[tuple[torch.Tensor, torch.Tensor] | None]
+
+    @property
+    def width(self) -> int:
+        return self.rows.mask.shape[1]
+
+
+def home_of(cache: Any, mask: torch.Tensor) -> Home:
+    """Hold `cache` (see `rows_movable`) and its mask as they are now; selecting rows afterwards gives its layers
+    new tensors and leaves these alone."""
+    return Home(CacheRows([(layer.keys, layer.values) for layer in cache.layers], mask),
+                [room_of(layer) for layer in cache.layers])
+
+
+def take_tail(cache: Any, mask: torch.Tensor, rows: Sequence[int], since: int) -> CacheRows:
+    """A copy of `rows`' columns from `since` on (what they decoded after leaving home) and of their mask."""
+    index = torch.tensor(list(rows), dtype=torch.long, device=mask.device)
+    return CacheRows([(layer.keys[index, :, since:], layer.values[index, :, since:]) for layer in cache.layers],
+                     mask[index, since:])
+
+
+def held_tail(cache: Any, mask: torch.Tensor, since: int) -> CacheRows:
+    """Every row's columns from `since` on, as they are (no copy)."""
+    return CacheRows([(layer.keys[:, :, since:], layer.values[:, :, since:]) for layer in cache.layers],
+                     mask[:, since:])
+
+
+def put_rows_back(cache: Any, home: Home, groups: Sequence[tuple[Sequence[int], CacheRows]]) -> torch.Tensor:
+    """Give `cache` every row of `home` again, in home order, each followed by its group's tail (the groups'
+    row ids cover the home's rows once); returns the matching mask. Shorter tails end in masked zero columns."""
+    start = home.width
+    width = start + max(g.mask.shape[1] for _, g in groups)
+    n = home.rows.mask.shape[0]
+    mask = home.rows.mask.new_zeros(n, width)
+    mask[:, :start] = home.rows.mask
+    indexes = [torch.tensor(list(ids), dtype=torch.long, device=mask.device) for ids, _ in groups]
+    for index, (_, g) in zip(indexes, groups, strict=True):
+        mask[index, start:start + g.mask.shape[1]] = g.mask
+    for k, layer in enumerate(cache.layers):
+        held_k, held_v = home.rows.layers[k]
+        room = home.rooms[k]
+        if room is not None and room[0].shape[2] >= width:  # the tails go after the home's columns, in place
+            keys, values = adopt_room(layer, room, width)
+        else:  # no room after them: the home moves once, into a buffer with room to grow
+            keys, values = fresh_room(layer, held_k, held_v, n, width, zeroed=False)
+            keys[:, :, :start] = held_k
+            values[:, :, :start] = held_v
+        # masked columns still enter attention with weight 0: zero, never uninitialized (0 * NaN is NaN)
+        keys[:, :, start:] = 0
+        values[:, :, start:] = 0
+        for index, (_, g) in zip(indexes, groups, strict=True):
+            tail = g.mask.shape[1]
+            keys[index, :, start:start + tail] = g.layers[k][0]
+            values[index, :, start:start + tail] = g.layers[k][1]
+    return mask
