@@ -124,10 +124,7 @@ class LeanForward:
         x = base.embed_tokens(ids)
         cos, sin = base.rotary_emb(x, positions)
         cos, sin = cos[:, None], sin[:, None]
-        mask = self._mask(attention, width)
-        # additive: SDPA would turn a bool mask into this once per layer; built once, every layer shares it
-        mask = torch.where(mask, torch.zeros((), dtype=x.dtype, device=x.device),
-                           torch.full((), float("-inf"), dtype=x.dtype, device=x.device))
+        mask = self._mask(attention, width, x.dtype)
         real = attention[:, -width:].reshape(-1).bool()
         every_token_real = bool(real.all())
         layers = base.layers
@@ -154,17 +151,24 @@ class LeanForward:
         head = self.model.get_output_embeddings()  # read per call: a resized vocabulary replaces it
         return F.linear(last, head.weight, head.bias), cache
 
-    def _mask(self, attention: torch.Tensor, width: int) -> torch.Tensor:
-        """Bool [n, 1, W, past + W]: a query sees the real columns up to its own. Each query also sees itself,
-        so a padding query never has an empty row (whose softmax would put NaN into the cache's values)."""
+    @staticmethod
+    def _mask(attention: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+        """Additive [n, 1, W, past + W]: 0 where a query sees a column (the real columns up to its own), a large
+        negative elsewhere. Additive because SDPA would turn a bool mask into this once per layer; built once
+        (every layer shares it) as one broadcast sum of a per-row padding term and a causal term: on a prefill
+        that reads a long conversation, building the mask costs as much as a layer's attention. Finite, so a
+        padding query that sees no column (in a fresh prefill) averages finite values instead of making NaN;
+        no real query reads it."""
         total = attention.shape[1]
         past = total - width
+        hidden = torch.finfo(dtype).min / 2  # the two terms still sum to a finite number
         columns = torch.arange(total, device=attention.device)
         query_columns = past + torch.arange(width, device=attention.device)
-        causal = columns[None, :] <= query_columns[:, None]  # [W, total]
-        visible = causal[None] & attention.bool()[:, None, :]
-        visible |= (columns[None, :] == query_columns[:, None])[None]
-        return visible[:, None]
+        causal = torch.zeros(width, total, dtype=dtype, device=attention.device)
+        causal.masked_fill_(columns[None, :] > query_columns[:, None], hidden)
+        padding = torch.zeros(attention.shape, dtype=dtype, device=attention.device)
+        padding.masked_fill_(attention == 0, hidden)
+        return padding[:, None, None, :] + causal[None, None]
 
     def _attention(self, attn: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
                    cache: Any, index: int, last_only: bool = False) -> torch.Tensor:

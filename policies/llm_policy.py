@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Generation", "LLMPolicy", "SequenceScores"]  # the records are re-exported for callers
 
+PARK_SHARE = 4
+"""Finished rows leave the decoding batch once they are 1/this of it."""
+
 
 def _own_weights(method: Callable) -> Callable:
     """Run `method` with the policy's own weights on: for a LoRA adapter of a shared base (`policies.adapters`),
@@ -249,7 +252,7 @@ class LLMPolicy:
                 if not any(active[i] for i in live):
                     break
                 idle = [j for j, i in enumerate(live) if not active[i]]
-                if can_park and 4 * len(idle) >= len(live):
+                if can_park and PARK_SHARE * len(idle) >= len(live):
                     # A quarter of the batch is done: take those rows (and their cache) out, so the next forwards
                     # run on the rows still deciding; a turn cache gets them back at the end.
                     busy = [j for j, i in enumerate(live) if active[i]]
