@@ -40,7 +40,7 @@ from policies.lean_forward import LeanForward
 from policies.lean_forward import supports as lean_supports
 from policies.opponent_head import hint_text, shown_classes
 from policies.outputs import Generation, SequenceScores
-from policies.row_parking import Home, held_tail, home_of, put_rows_back, rows_movable, take_tail
+from policies.row_parking import Home, home_of, put_rows_back, rows_movable, tail_of
 from policies.sampling import sample_categorical
 from policies.scoring import score_spans
 from policies.turn_cache import Prefill, TurnCache, fresh_prefill, left_padded
@@ -258,7 +258,7 @@ class LLMPolicy:
                     busy = [j for j, i in enumerate(live) if active[i]]
                     if turn_cache is not None and keys is not None:
                         home = home or home_of(cache, attention)
-                        parked.append(([live[j] for j in idle], take_tail(cache, attention, idle, home.width)))
+                        parked.append(([live[j] for j in idle], tail_of(cache, attention, home.width, idle)))
                     index = torch.tensor(busy, dtype=torch.long, device=device)
                     select_rows(cache, index)
                     attention, next_pos = attention[index], next_pos[index]
@@ -277,7 +277,7 @@ class LLMPolicy:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
             if home is not None:
-                attention = put_rows_back(cache, home, [*parked, (live, held_tail(cache, attention, home.width))])
+                attention = put_rows_back(cache, home, [*parked, (live, tail_of(cache, attention, home.width))])
             turn_cache.keep(keys, cache, attention, [list(p) + h + ids[:k] for p, h, ids, k in
                                                      zip(prompts, hints, token_ids, fed, strict=True)])
 

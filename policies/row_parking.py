@@ -62,17 +62,15 @@ def home_of(cache: Any, mask: torch.Tensor) -> Home:
                 [room_of(layer) for layer in cache.layers])
 
 
-def take_tail(cache: Any, mask: torch.Tensor, rows: Sequence[int], since: int) -> CacheRows:
-    """A copy of `rows`' columns from `since` on (what they decoded after leaving home) and of their mask."""
+def tail_of(cache: Any, mask: torch.Tensor, since: int, rows: Sequence[int] | None = None) -> CacheRows:
+    """The columns from `since` on (what was decoded after leaving home) and their mask: of `rows` (a copy), or of
+    every row as they are (`rows` None: views, no copy)."""
+    if rows is None:
+        return CacheRows([(layer.keys[:, :, since:], layer.values[:, :, since:]) for layer in cache.layers],
+                         mask[:, since:])
     index = torch.tensor(list(rows), dtype=torch.long, device=mask.device)
     return CacheRows([(layer.keys[index, :, since:], layer.values[index, :, since:]) for layer in cache.layers],
                      mask[index, since:])
-
-
-def held_tail(cache: Any, mask: torch.Tensor, since: int) -> CacheRows:
-    """Every row's columns from `since` on, as they are (no copy)."""
-    return CacheRows([(layer.keys[:, :, since:], layer.values[:, :, since:]) for layer in cache.layers],
-                     mask[:, since:])
 
 
 def put_rows_back(cache: Any, home: Home, groups: Sequence[tuple[Sequence[int], CacheRows]]) -> torch.Tensor:

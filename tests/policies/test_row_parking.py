@@ -5,7 +5,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from policies.kv_room import append_kv, select_rows
-from policies.row_parking import held_tail, home_of, put_rows_back, take_tail
+from policies.row_parking import home_of, put_rows_back, tail_of
 
 
 def _chunk(rows, width, seed):
@@ -29,7 +29,7 @@ def test_parked_rows_come_back_in_home_order_with_their_tails_in_place():
     home = home_of(cache, mask)
     # rows 1 and 3 finish first: the other three decode on without them (copied out of the home)
     live = [0, 2, 4]
-    parked = [([1, 3], take_tail(cache, mask, [1, 3], home.width))]
+    parked = [([1, 3], tail_of(cache, mask, home.width, [1, 3]))]
     select_rows(cache, torch.tensor(live))
     attention = mask[live]
     tails_k, tails_v = [], []
@@ -40,12 +40,12 @@ def test_parked_rows_come_back_in_home_order_with_their_tails_in_place():
         tails_k.append(tk)
         tails_v.append(tv)
         if step == 0:  # row 2 finishes after one decoded column
-            parked.append(([2], take_tail(cache, attention, [1], home.width)))
+            parked.append(([2], tail_of(cache, attention, home.width, [1])))
             select_rows(cache, torch.tensor([0, 2]))
             attention, live = attention[[0, 2]], [0, 4]
             tails_k = [t[[0, 2]] for t in tails_k]
             tails_v = [t[[0, 2]] for t in tails_v]
-    mask_back = put_rows_back(cache, home, [*parked, (live, held_tail(cache, attention, home.width))])
+    mask_back = put_rows_back(cache, home, [*parked, (live, tail_of(cache, attention, home.width))])
     keys, values = cache.layers[0].keys, cache.layers[0].values
     assert keys.data_ptr() == home_buffer  # written after the home's columns, in its own buffer
     assert keys.shape[2] == 33 and mask_back.shape == (5, 33)
@@ -66,11 +66,11 @@ def test_a_home_without_room_moves_once_into_a_buffer_that_has_some():
     cache.update(k, v, 0)  # transformers' own layer: no spare room
     mask = torch.ones(2, 10, dtype=torch.long)
     home = home_of(cache, mask)
-    parked = [([0], take_tail(cache, mask, [0], home.width))]
+    parked = [([0], tail_of(cache, mask, home.width, [0]))]
     select_rows(cache, torch.tensor([1]))
     tk, tv = _chunk(1, 2, 2)
     append_kv(cache.layers[0], tk, tv)
-    back = put_rows_back(cache, home, [*parked, ([1], held_tail(cache, torch.ones(1, 12, dtype=torch.long), 10))])
+    back = put_rows_back(cache, home, [*parked, ([1], tail_of(cache, torch.ones(1, 12, dtype=torch.long), 10))])
     keys = cache.layers[0].keys
     assert torch.equal(keys[:, :, :10], k) and torch.equal(keys[1, :, 10:], tk[0])
     assert back[0].tolist() == [1] * 10 + [0, 0]
