@@ -160,6 +160,8 @@ class RLConfig(SelfChecking):
     """Initial coefficient of the KL penalty to the frozen reference (the warm-started policy)."""
     target_kl: float = 0.1
     """Target KL per decision token; the coefficient adapts towards it (0 keeps it fixed)."""
+    kl_ceiling: float = 10.0
+    """The adapting coefficient never grows past this many times rl.kl_coef (1 lets it only fall)."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (entropy is always tracked)."""
     max_grad_norm: float = 1.0
@@ -181,6 +183,7 @@ class RLConfig(SelfChecking):
                 f"rl.gamma={self.gamma} and rl.gae_lambda={self.gae_lambda} must lie in [0, 1]")
         for name in ("value_coef", "ptx_coef", "kl_coef", "target_kl", "entropy_coef"):
             finite_non_negative(f"rl.{name}", getattr(self, name))
+        require(self.kl_ceiling >= 1, f"rl.kl_ceiling={self.kl_ceiling} must be >= 1 (a multiple of rl.kl_coef)")
         require(self.sequence_clip_eps < 1, f"rl.sequence_clip_eps={self.sequence_clip_eps} must be < 1 (GSPO uses ~4e-4)")
         require(self.seconds >= 0, "rl.seconds must be >= 0")
         require(0 < self.clip_eps < 1, f"rl.clip_eps={self.clip_eps} must lie in (0, 1); 0.2 is standard")

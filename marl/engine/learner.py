@@ -93,7 +93,7 @@ class Learner:
         self.critic = critic
         has_demos = bool(demonstrations and demonstrations.get("input_ids"))
         self.demos = demonstrations if has_demos and cfg.ptx_coef > 0 else None
-        self.kl = AdaptiveKL(cfg.kl_coef, cfg.target_kl)
+        self.kl = AdaptiveKL(cfg.kl_coef, cfg.target_kl, ceiling_factor=cfg.kl_ceiling)
         self.head = getattr(policy, "opponent_head", None)
         self.opponent_weight = 0.0
         self.optimizer = torch.optim.AdamW(self._parameters(), lr=cfg.learning_rate, weight_decay=0.0)

@@ -85,23 +85,29 @@ def exact_kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
 
 
 class AdaptiveKL:
-    """KL coefficient steered towards a target KL (proportional control, Ziegler et al. 2019).
+    """KL coefficient steered towards a target KL (proportional control, Ziegler et al. 2019), within bounds.
 
-    The coefficient never falls below `floor_frac` of its initial value: early in RL the KL sits
-    far below target for many updates, and an unbounded controller shrinks the coefficient to
-    nothing, so that when the policy later drifts it takes dozens of updates to rein it back in
-    (measured: KL well above its target while a learned skill was lost; see docs/results/2026-11-30-tool-use-rl-vs-sft.md).
+    The coefficient stays between `floor_frac` and `ceiling_factor` times its initial value. The floor:
+    early in RL the KL sits far below target for many updates, and an unbounded controller shrinks the
+    coefficient to nothing, so that when the policy later drifts it takes dozens of updates to rein it
+    back in (measured: a learned skill lost with the KL far above its target; see
+    docs/results/2026-11-30-tool-use-rl-vs-sft.md). The ceiling: when a skill needs more KL than the
+    target, an unbounded controller grows the penalty until it pulls the policy back to its reference,
+    then shrinks it, and the cycle repeats (measured: a large gain given back twice in one run; see
+    docs/results/2026-12-06-adaptive-vs-fixed-kl.md).
     """
 
-    def __init__(self, init: float, target: float, horizon_gain: float = 0.2, floor_frac: float = 0.1) -> None:
+    def __init__(self, init: float, target: float, horizon_gain: float = 0.2, floor_frac: float = 0.1,
+                 ceiling_factor: float = 10.0) -> None:
         self.value = init
         self.target = target
         self.gain = horizon_gain
         self.floor = max(init * floor_frac, 1e-6)
+        self.ceiling = max(init * ceiling_factor, self.floor)
 
     def update(self, observed_kl: float) -> float:
-        """Move the coefficient by at most +-gain (relative) per update; target 0 keeps it fixed."""
+        """Move the coefficient by at most +-gain (relative) per update, within its bounds; target 0 keeps it fixed."""
         if self.target > 0 and observed_kl == observed_kl:  # NaN never moves it
             error = max(-self.gain, min(self.gain, observed_kl / self.target - 1.0))
-            self.value = max(self.value * (1.0 + error), self.floor)
+            self.value = min(max(self.value * (1.0 + error), self.floor), self.ceiling)
         return self.value

@@ -115,6 +115,16 @@ def test_kl_coefficient_never_collapses_below_its_floor():
     assert ctl.value > 0.002
 
 
+def test_kl_coefficient_stops_at_its_ceiling_and_comes_down_from_it():
+    ctl = AdaptiveKL(init=0.01, target=0.1, ceiling_factor=10.0)
+    for _ in range(100):  # a learned skill that needs 3x the target KL, held for a long time
+        ctl.update(0.3)
+    assert ctl.value == pytest.approx(0.1)  # bounded: the penalty cannot grow until it undoes the skill
+    ctl.update(0.0)
+    assert ctl.value == pytest.approx(0.08)  # and it reacts at once when the KL falls
+    assert AdaptiveKL(init=0.01, target=0.1, ceiling_factor=1.0).update(5.0) == pytest.approx(0.01)
+
+
 def test_value_loss_is_half_mse():
     assert value_loss(torch.tensor([1.0, 3.0]), torch.tensor([0.0, 1.0])).item() == pytest.approx(1.25)
     assert value_loss(torch.zeros(0), torch.zeros(0)).item() == 0.0
