@@ -7,6 +7,8 @@ tokens have logprob 0 under the mask, carry no gradient, and would only dilute t
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -103,7 +105,8 @@ class AdaptiveKL:
         self.target = target
         self.gain = horizon_gain
         self.floor = max(init * floor_frac, 1e-6)
-        self.ceiling = max(init * ceiling_factor, self.floor)
+        # An infinite factor means no ceiling (also when init is 0, where the product is NaN).
+        self.ceiling = math.inf if math.isinf(ceiling_factor) else max(init * ceiling_factor, self.floor)
 
     def update(self, observed_kl: float) -> float:
         """Move the coefficient by at most +-gain (relative) per update, within its bounds; target 0 keeps it fixed."""

@@ -123,6 +123,10 @@ def test_kl_coefficient_stops_at_its_ceiling_and_comes_down_from_it():
     ctl.update(0.0)
     assert ctl.value == pytest.approx(0.08)  # and it reacts at once when the KL falls
     assert AdaptiveKL(init=0.01, target=0.1, ceiling_factor=1.0).update(5.0) == pytest.approx(0.01)
+    unbounded = AdaptiveKL(init=0.01, target=0.1, ceiling_factor=float("inf"))
+    for _ in range(100):
+        unbounded.update(0.3)
+    assert unbounded.value > 1.0  # the controller as it was, for comparison runs
 
 
 def test_value_loss_is_half_mse():
