@@ -103,3 +103,28 @@ def select_rows(cache: Any, index: torch.Tensor) -> None:
         new_k, new_v = fresh_room(layer, old_k, old_v, len(index), old_k.shape[2], zeroed=False)
         torch.index_select(old_k, 0, index, out=new_k)
         torch.index_select(old_v, 0, index, out=new_v)
+
+
+def keep_rows(cache: Any, rows: list[int]) -> None:
+    """Keep only `rows` (ascending row indices) of a cache whose buffers nothing else reads, moving them to the
+    front of each layer's own buffer instead of copying them into a new one (`select_rows`): a decoding batch
+    that sheds finished rows several times a turn would otherwise allocate and fill a buffer each time. Rows
+    already in place do not move. Layers without a room of their own are selected as `select_rows` does."""
+    if (rows and rows[0] < 0) or any(b >= a for a, b in zip(rows[1:], rows[:-1], strict=True)):
+        raise ValueError(f"keep_rows takes strictly ascending row indices, got {rows}")
+    if type(cache) is not DynamicCache:
+        cache.batch_select_indices(torch.tensor(rows, dtype=torch.long))
+        return
+    first = next((j for j, b in enumerate(rows) if b != j), len(rows))
+    for layer in cache.layers:
+        room = room_of(layer) if type(layer) is DynamicLayer else None
+        if room is None:
+            layer.batch_select_indices(torch.tensor(rows, dtype=torch.long, device=getattr(layer.keys, "device", None)))
+            continue
+        width = layer.keys.shape[2]
+        for buffer in room:
+            # one row at a time, front to back: a row's source lies at or after its destination, so no source
+            # is overwritten before it is read, and nothing is allocated
+            for j in range(first, len(rows)):
+                buffer[j, :, :width].copy_(buffer[rows[j], :, :width])
+        adopt_room(layer, (room[0][: len(rows)], room[1][: len(rows)]), width)

@@ -40,6 +40,9 @@ reads only the chosen experts' weights, and reading weights is what such a step 
 MAX_PADDING = 2
 """The padded block holds at most this many times the routed rows; routing more skewed than that (many rows
 feeding the same forced tokens go to the same experts) loops over the experts instead."""
+GROUP_CALL_CELLS = 4096
+"""What one more attention call costs, in query x key cells: a run of rows becomes its own call, querying only
+from its own first real column, when that saves more cells than this."""
 
 
 def supports(model: PreTrainedModel) -> bool:
@@ -124,13 +127,15 @@ class LeanForward:
         x = base.embed_tokens(ids)
         cos, sin = base.rotary_emb(x, positions)
         cos, sin = cos[:, None], sin[:, None]
-        mask = self._mask(attention, width, x.dtype)
+        padding, causal = self._mask_terms(attention, width, x.dtype)
+        runs = query_groups(attention[:, -width:], attention.shape[1])
+        groups = [(lo, hi, start, padding[lo:hi, None, None, :] + causal[None, None, start:]) for lo, hi, start in runs]
         real = attention[:, -width:].reshape(-1).bool()
         every_token_real = bool(real.all())
         layers = base.layers
         for index, layer in enumerate(layers[:-1]):
             h = _rms_norm(x, layer.input_layernorm.weight, self.eps)
-            x = x + self._attention(layer.self_attn, h, cos, sin, mask, cache, index)
+            x = x + self._attention(layer.self_attn, h, cos, sin, groups, cache, index)
             h = _rms_norm(x, layer.post_attention_layernorm.weight, self.eps)
             flat = h.reshape(n * width, -1)
             if every_token_real:
@@ -144,7 +149,11 @@ class LeanForward:
         # the feed-forward. A prefill of W columns saves W - 1 columns of that layer's attention and MoE.
         layer = layers[-1]
         h = _rms_norm(x, layer.input_layernorm.weight, self.eps)
-        x = x[:, -1:] + self._attention(layer.self_attn, h, cos, sin, mask, cache, len(layers) - 1, last_only=True)
+        # rows that feed nothing this call (finished rows still in the batch) query nothing in the last layer either
+        last_query = [(lo, hi, 0 if start < width else 1, padding[lo:hi, None, None, :] + causal[None, None, -1:])
+                      for lo, hi, start in _merged(runs, width)]
+        x = x[:, -1:] + self._attention(layer.self_attn, h, cos, sin, last_query, cache, len(layers) - 1,
+                                        last_only=True)
         h = _rms_norm(x, layer.post_attention_layernorm.weight, self.eps)
         x = x + self._mlp(layer.mlp, h.reshape(n, -1)).reshape(n, 1, -1)
         last = _rms_norm(x[:, -1], base.norm.weight, self.eps)
@@ -155,10 +164,16 @@ class LeanForward:
     def _mask(attention: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
         """Additive [n, 1, W, past + W]: 0 where a query sees a column (the real columns up to its own), a large
         negative elsewhere. Additive because SDPA would turn a bool mask into this once per layer; built once
-        (every layer shares it) as one broadcast sum of a per-row padding term and a causal term: on a prefill
-        that reads a long conversation, building the mask costs as much as a layer's attention. Finite, so a
-        padding query that sees no column (in a fresh prefill) averages finite values instead of making NaN;
-        no real query reads it."""
+        per call and query group (every layer shares it) as one broadcast sum of a per-row padding term and a
+        causal term (`_mask_terms`): on a prefill that reads a long conversation, building the mask costs as
+        much as a layer's attention. Finite, so a padding query that sees no column averages finite values
+        instead of making NaN; no real query reads it."""
+        padding, causal = LeanForward._mask_terms(attention, width, dtype)
+        return padding[:, None, None, :] + causal[None, None]
+
+    @staticmethod
+    def _mask_terms(attention: torch.Tensor, width: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mask's two terms: padding [n, past + W] (hides each row's holes) and causal [W, past + W]."""
         total = attention.shape[1]
         past = total - width
         hidden = torch.finfo(dtype).min / 2  # the two terms still sum to a finite number
@@ -168,12 +183,15 @@ class LeanForward:
         causal.masked_fill_(columns[None, :] > query_columns[:, None], hidden)
         padding = torch.zeros(attention.shape, dtype=dtype, device=attention.device)
         padding.masked_fill_(attention == 0, hidden)
-        return padding[:, None, None, :] + causal[None, None]
+        return padding, causal
 
-    def _attention(self, attn: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                   cache: Any, index: int, last_only: bool = False) -> torch.Tensor:
+    def _attention(self, attn: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   query: list[tuple[int, int, int, torch.Tensor]], cache: Any, index: int, last_only: bool = False
+                   ) -> torch.Tensor:
         """The layer's attention output [n, W, hidden] (`last_only`: [n, 1, hidden], the last column's query
-        alone, while every column's keys and values still enter the cache)."""
+        alone, while every column's keys and values still enter the cache). `query`: (first row, end row, first
+        column queried, their mask) covering the rows in order; the columns before a group's first are padding
+        that no real query reads, and their output is zero."""
         n, width, _ = h.shape
         k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(n, width, self.kv_heads, self.head_dim)
         v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(n, width, self.kv_heads, self.head_dim)
@@ -181,7 +199,7 @@ class LeanForward:
         v = v.transpose(1, 2)
         k = k * cos + _rotate_half(k) * sin
         if last_only:
-            h, cos, sin, mask, width = h[:, -1:], cos[:, :, -1:], sin[:, :, -1:], mask[:, :, -1:], 1
+            h, cos, sin, width = h[:, -1:], cos[:, :, -1:], sin[:, :, -1:], 1
         q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(n, width, self.heads, self.head_dim)
         q = _rms_norm(q, attn.q_norm.weight, self.eps).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
@@ -194,8 +212,17 @@ class LeanForward:
             # CUDA's fused kernels take no mask with `enable_gqa`: give every query head its key/value head instead
             keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
             groups = 1
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
-                                             enable_gqa=groups > 1)
+        gqa = groups > 1
+        if len(query) == 1 and query[0][2] == 0:
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=query[0][3], scale=self.scaling,
+                                                 enable_gqa=gqa)
+        else:
+            out = q.new_zeros(q.shape)
+            for lo, hi, start, mask in query:
+                if start < width:
+                    out[lo:hi, :, start:] = F.scaled_dot_product_attention(
+                        q[lo:hi, :, start:], keys[lo:hi], values[lo:hi], attn_mask=mask, scale=self.scaling,
+                        enable_gqa=gqa)
         return F.linear(out.transpose(1, 2).reshape(n, width, -1), attn.o_proj.weight, attn.o_proj.bias)
 
     def _mlp(self, mlp: Any, h: torch.Tensor) -> torch.Tensor:
@@ -247,3 +274,46 @@ class LeanForward:
                                                 experts.down_proj[e])
                 start += c
         return result.index_add_(0, token, out * weight)
+
+
+def query_groups(chunk: torch.Tensor, keys: int) -> list[tuple[int, int, int]]:
+    """Runs of rows that attend together: (first row, end row, first column queried), covering the rows in order.
+
+    `chunk` [n, W] is the mask of the columns this call feeds (1 = real), `keys` how many columns each query
+    reads. A row's queries before its first real column are left padding that no real query reads; rows
+    whose chunks differ in length (observations of different lengths in one prefill) would otherwise all
+    query from the longest one's first column. A row joins the run before it unless starting a run of its own
+    (one more attention call, `GROUP_CALL_CELLS`) saves more query x key cells than it costs. Only
+    contiguous runs: their keys and values are views of the cache, never copies.
+    """
+    n, width = chunk.shape
+    if width == 1 or n == 0:
+        return [(0, n, 0)]
+    real = chunk != 0
+    first = torch.where(real.any(1), real.to(torch.int8).argmax(1), width).tolist()
+    call_columns = GROUP_CALL_CELLS / max(keys, 1)
+    groups, lo, start = [], 0, first[0]
+    for i in range(1, n):
+        size, column = i - lo, first[i]
+        joined = (size + 1) * (width - min(start, column))
+        apart = size * (width - start) + (width - column) + call_columns
+        if joined <= apart:
+            start = min(start, column)
+        else:
+            groups.append((lo, i, start))
+            lo, start = i, column
+    groups.append((lo, n, start))
+    return groups
+
+
+def _merged(runs: list[tuple[int, int, int]], width: int) -> list[tuple[int, int, int]]:
+    """The runs for a one-column query: neighbouring runs that query at all become one (their start no longer
+    differs), runs that query nothing stay apart."""
+    merged: list[tuple[int, int, int]] = []
+    for lo, hi, start in runs:
+        queries = start < width
+        if merged and (merged[-1][2] < width) == queries:
+            merged[-1] = (merged[-1][0], hi, min(merged[-1][2], start))
+        else:
+            merged.append((lo, hi, start))
+    return merged

@@ -35,7 +35,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
-from policies.kv_room import select_rows
+from policies.kv_room import keep_rows, select_rows
 from policies.lean_forward import LeanForward
 from policies.lean_forward import supports as lean_supports
 from policies.opponent_head import hint_text, shown_classes
@@ -52,6 +52,10 @@ __all__ = ["Generation", "LLMPolicy", "SequenceScores"]  # the records are re-ex
 
 PARK_SHARE = 4
 """Finished rows leave the decoding batch once they are 1/this of it."""
+HOME_PARK_SHARE = 2
+"""Under the lean forward, the first time rows leave a turn cache's batch (which copies the busy rows' whole
+conversations out of it) waits until the finished rows are 1/this of it: idle rows query nothing there, so the
+copy pays only once fewer rows are left to copy."""
 
 
 def _own_weights(method: Callable) -> Callable:
@@ -232,6 +236,7 @@ class LLMPolicy:
             parked: list[tuple[list[int], Any]] = []  # rows taken out when they finished, with their cache's tail
             home: Home | None = None  # the whole cache as it stood when rows first left (`policies/row_parking.py`)
             can_park = rows_movable(cache)
+            own_cache = turn_cache is None or keys is None
             for _ in range(self.max_new_tokens):  # every step adds at least one token to each active row
                 logits = last.float() / self.temperature
                 allow = table[torch.tensor([state[i] for i in live], device=device)]
@@ -239,7 +244,10 @@ class LLMPolicy:
                 if greedy:
                     chosen = logp.argmax(-1)
                 else:
-                    chosen = sample_categorical(logp.exp(), rng)
+                    # one draw per row of the call, in the batch or not: what a row samples does not depend on
+                    # which rows are still decoding (a turn cache or the forward in use changes that)
+                    draws = torch.rand(n, generator=rng, device=device)
+                    chosen = sample_categorical(logp.exp(), uniform=draws[torch.tensor(live, device=device)])
                 chosen_logp = logp.gather(-1, chosen[:, None]).squeeze(-1)
                 toks, lps = chosen.tolist(), chosen_logp.tolist()
                 for j, i in enumerate(live):
@@ -252,15 +260,23 @@ class LLMPolicy:
                 if not any(active[i] for i in live):
                     break
                 idle = [j for j, i in enumerate(live) if not active[i]]
-                if can_park and PARK_SHARE * len(idle) >= len(live):
-                    # A quarter of the batch is done: take those rows (and their cache) out, so the next forwards
-                    # run on the rows still deciding; a turn cache gets them back at the end.
+                if own_cache or not self._lean_runs():
+                    worth = PARK_SHARE * len(idle) >= len(live)
+                else:  # idle rows cost the lean forward no attention: copy fewer rows out of the home, later
+                    worth = HOME_PARK_SHARE * len(idle) >= len(live)
+                if can_park and worth:
+                    # Take the finished rows (and their cache) out, so the next forwards run on the rows still
+                    # deciding; a turn cache gets them back at the end.
                     busy = [j for j, i in enumerate(live) if active[i]]
                     if turn_cache is not None and keys is not None:
                         home = home or home_of(cache, attention)
                         parked.append(([live[j] for j in idle], tail_of(cache, attention, home.width, idle)))
                     index = torch.tensor(busy, dtype=torch.long, device=device)
-                    select_rows(cache, index)
+                    if own_cache:  # its buffers hold this batch alone: the busy rows move to their front
+                        keep_rows(cache, busy)
+                    else:  # the turn cache's home stays as it is: the busy rows are copied out of it
+                        select_rows(cache, index)
+                        own_cache = True
                     attention, next_pos = attention[index], next_pos[index]
                     live = [live[j] for j in busy]
                 # Each active row feeds its new tokens (the sampled one and any the grammar forced after it)
@@ -290,6 +306,10 @@ class LLMPolicy:
         memo: dict[tuple[int, ...], list[int]] = {}
         return [list(memo.setdefault(tuple(row), self.chat.encode_text(hint_text(head.classes, row))))
                 for row in shown_classes(head, hidden, hint_mix)]
+
+    def _lean_runs(self) -> bool:
+        """Whether decoding forwards go through `LeanForward` (known once a forward has asked)."""
+        return self.lean and self._lean is not None and self._lean_checked is self.model
 
     def _forward(self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any,
                  hidden: bool = False) -> tuple[torch.Tensor, Any, torch.Tensor | None]:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import torch
 
 
-def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None,
+                       uniform: torch.Tensor | None = None) -> torch.Tensor:
     """One index per row of `probs` [rows, vocab] (non-negative; rows need not sum to one), drawn with
-    probability proportional to its entry; an entry of zero is never drawn. Raises ValueError on a row
-    whose total is not finite and positive (NaN logits, or a row with every token masked)."""
+    probability proportional to its entry; an entry of zero is never drawn. `uniform` [rows] in [0, 1): the
+    draws to use (else drawn from `generator`). Raises ValueError on a row whose total is not finite and
+    positive (NaN logits, or a row with every token masked)."""
     cdf = probs.cumsum(-1)
     total = cdf[:, -1:].contiguous()
     usable = (total > 0) & torch.isfinite(total)
@@ -24,7 +26,9 @@ def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = 
         bad = int((~usable).nonzero()[0, 0])
         raise ValueError(f"cannot sample row {bad}: its probabilities sum to {float(total[bad, 0])} (NaN logits, "
                          "or every token masked); check the model's weights and the row's grammar")
-    u = torch.rand(total.shape, generator=generator, dtype=cdf.dtype, device=cdf.device) * total
+    if uniform is None:
+        uniform = torch.rand(total.shape[0], generator=generator, dtype=cdf.dtype, device=cdf.device)
+    u = uniform.to(cdf.dtype).reshape(total.shape) * total
     drawn = torch.searchsorted(cdf, u, right=True)
     # rounding can put u at the total itself: the last index with positive probability is then the draw
     last = torch.searchsorted(cdf, total, right=False)

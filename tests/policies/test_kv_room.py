@@ -4,7 +4,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from policies.kv_room import append_kv, select_rows
+import pytest
+
+from policies.kv_room import append_kv, keep_rows, select_rows
 from policies.turn_cache import compact
 
 
@@ -53,6 +55,28 @@ def test_selected_rows_keep_room_and_equal_transformers_selection():
     keys, _ = append_kv(cache.layers[0], k2, v2)
     assert keys.data_ptr() == before  # written into the room the selection left
     assert torch.equal(keys, torch.cat([plain.layers[0].keys, k2], dim=2))
+
+
+def test_kept_rows_move_to_the_front_of_their_own_buffer_and_equal_a_selection():
+    cache, plain = DynamicCache(), DynamicCache()
+    k, v = _chunk(6, 12, 5)
+    for c in (cache, plain):
+        c.update(k, v, 0)
+    select_rows(cache, torch.arange(6))  # a buffer with room, as after a turn
+    buffer = cache.layers[0].keys.data_ptr()
+    for rows in ([0, 2, 3, 5], [0, 3]):  # row 0 stays where it is; the others move forward
+        keep_rows(cache, rows)
+        plain.batch_select_indices(torch.tensor(rows))
+        assert torch.equal(cache.layers[0].keys, plain.layers[0].keys)
+        assert torch.equal(cache.layers[0].values, plain.layers[0].values)
+        assert cache.layers[0].keys.data_ptr() == buffer  # nothing allocated
+    k2, v2 = _chunk(2, 3, 6)
+    keys, values = append_kv(cache.layers[0], k2, v2)
+    assert keys.data_ptr() == buffer  # the next turn still appends in place
+    assert torch.equal(keys, torch.cat([plain.layers[0].keys, k2], dim=2))
+    assert torch.equal(values, torch.cat([plain.layers[0].values, v2], dim=2))
+    with pytest.raises(ValueError, match="ascending"):
+        keep_rows(cache, [1, 0])
 
 
 def test_a_few_holes_stay_and_many_are_compacted():

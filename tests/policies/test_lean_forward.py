@@ -9,7 +9,7 @@ from test_policy_llm import _prompts
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import policies.lean_forward as lean_forward
-from policies.lean_forward import LeanForward, supports
+from policies.lean_forward import LeanForward, query_groups, supports
 from policies.llm_policy import LLMPolicy
 from policies.turn_cache import TurnCache
 
@@ -38,10 +38,12 @@ def _model_step(model, ids, attention, positions, cache):
     return out.logits[:, -1], out.cache
 
 
-# one matmul per chosen expert / padded to the busiest expert in one batched matmul (the small chunks still loop)
-@pytest.mark.parametrize("grouped_rows", [0, 1 << 40])
-def test_logits_and_cache_match_the_model(model, monkeypatch, grouped_rows):
+# one matmul per chosen expert / padded to the busiest expert in one batched matmul (the small chunks still loop);
+# each row querying from its own first real column / every row from the batch's first
+@pytest.mark.parametrize("grouped_rows,call_cells", [(0, 0), (1 << 40, 1 << 60)])
+def test_logits_and_cache_match_the_model(model, monkeypatch, grouped_rows, call_cells):
     monkeypatch.setattr(lean_forward, "GROUPED_ROWS_PER_EXPERT", grouped_rows)
+    monkeypatch.setattr(lean_forward, "GROUP_CALL_CELLS", call_cells)
     monkeypatch.setattr(lean_forward, "MAX_PADDING", 1 << 40)  # however skewed the routing
     model.eval()
     vocab = model.config.vocab_size
@@ -65,6 +67,16 @@ def test_logits_and_cache_match_the_model(model, monkeypatch, grouped_rows):
     positions3 = positions2[:, -1:] + 1 + torch.arange(2)[None]
     want3, _ = _model_step(model, ids3, attention3, positions3, model_cache)
     torch.testing.assert_close(lean(ids3, attention3, positions3, lean_cache)[0], want3, atol=2e-5, rtol=1e-4)
+
+
+def test_rows_query_from_their_first_real_column_in_contiguous_runs(monkeypatch):
+    chunk = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 1]])
+    monkeypatch.setattr(lean_forward, "GROUP_CALL_CELLS", 0)  # another attention call costs nothing
+    # equal starts share a run; a row that feeds nothing (finished, still in the batch) queries nothing
+    assert query_groups(chunk, keys=100) == [(0, 2, 2), (2, 3, 0), (3, 4, 4), (4, 5, 3)]
+    monkeypatch.setattr(lean_forward, "GROUP_CALL_CELLS", 10**9)  # a call costs more than any padding
+    assert query_groups(chunk, keys=100) == [(0, 5, 0)]
+    assert query_groups(torch.ones(3, 1), keys=100) == [(0, 3, 0)]
 
 
 def test_follows_in_place_weight_updates(model):

@@ -24,6 +24,13 @@ def test_the_same_generator_seed_gives_the_same_draws():
     assert torch.equal(first, again) and not torch.equal(first, other)
 
 
+def test_given_draws_decide_each_rows_sample():
+    # what lets a row's sample stay the same whichever other rows are still in the decoding batch
+    probs = torch.tensor([[0.25, 0.75, 0.0], [0.5, 0.0, 0.5]])
+    assert sample_categorical(probs, uniform=torch.tensor([0.2, 0.9])).tolist() == [0, 2]
+    assert sample_categorical(probs, uniform=torch.tensor([0.3, 0.1])).tolist() == [1, 0]
+
+
 def test_a_uniform_at_the_very_top_draws_the_last_token_with_probability(monkeypatch):
     # rounding can give u == total; the draw must still be a token with positive probability, not past the end
     probs = torch.tensor([[0.25, 0.75, 0.0, 0.0]])
