@@ -1,10 +1,9 @@
 """kv_room: a cache layer grows in place, holds exactly what concatenation would, and survives being replaced."""
 
+import pytest
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
-
-import pytest
 
 from policies.kv_room import append_kv, keep_rows, select_rows
 from policies.turn_cache import compact
