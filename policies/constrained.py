@@ -16,8 +16,10 @@ Left out: regex or recursive grammars.
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
@@ -36,6 +38,21 @@ if TYPE_CHECKING:  # the grammar type is plain data from scenarios; only expand(
 # Every grammar of the other scenarios has at most a few dozen actions, so they keep the trie.
 EXPAND_LIMIT = 1024
 CACHE_SIZE = 512
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Python's cycle collector off for a compile, as it was before after it. An automaton is thousands of new
+    dicts and lists, and that many new containers start full collections that walk every object the process
+    holds (the cached automata among them): they took about as long as the compile itself. Nothing a
+    compile builds forms a cycle, so reference counting frees all it drops."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 class TokenTrie:
@@ -96,13 +113,15 @@ class TokenTrie:
         DFA compiled part by part (`expand_limit=0` forces that, e.g. to compare both).
         """
         if not cache:
-            return cls._compile(grammar, tokenizer, end_id, expand_limit)
+            with _collection_paused():
+                return cls._compile(grammar, tokenizer, end_id, expand_limit)
         key = (grammar, id(tokenizer), end_id, expand_limit)
         hit = _CACHE.get(key)
         if hit is not None and hit[0] is tokenizer:
             _CACHE.move_to_end(key)
             return hit[1]
-        trie = cls._compile(grammar, tokenizer, end_id, expand_limit)
+        with _collection_paused():
+            trie = cls._compile(grammar, tokenizer, end_id, expand_limit)
         _CACHE[key] = (tokenizer, trie)  # the tokenizer is kept so its id() cannot be reused
         if len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)

@@ -72,13 +72,31 @@ def _values(part: Part) -> tuple[str, ...]:
     return (part,) if isinstance(part, str) else part.values
 
 
+_VALUE_IDS: dict[int, tuple[PreTrainedTokenizerBase, dict[str, list[int]]]] = {}
+VALUE_IDS_KEPT = 200_000
+"""Part values whose ids are remembered per tokenizer (then forgotten all at once): a scenario's grammars change
+every turn but reuse the same values (an offer's slots), so tokenizing them again is most of a compile's cost."""
+
+
+def _value_ids(tokenizer: PreTrainedTokenizerBase, strings: set[str]) -> dict[str, list[int]]:
+    """The ids of each string tokenized on its own (remembered for this tokenizer object)."""
+    hit = _VALUE_IDS.get(id(tokenizer))
+    known = hit[1] if hit is not None and hit[0] is tokenizer else {}
+    new = sorted(strings.difference(known))
+    if new:
+        if len(known) + len(new) > VALUE_IDS_KEPT:
+            known = {}
+        known.update(zip(new, tokenizer(new, add_special_tokens=False)["input_ids"], strict=True))
+        _VALUE_IDS[id(tokenizer)] = (tokenizer, known)  # the tokenizer is kept so its id() cannot be reused
+    return {v: known[v] for v in strings}
+
+
 def compile_dfa(grammar: ActionGrammar, tokenizer: PreTrainedTokenizerBase, end_id: int) -> Automaton:
     """Compile `grammar` part by part; raise ValueError when per-part ids differ from whole-action ids."""
     templates = [[_values(p) for p in t] for t in grammar.templates]
     if not templates:
         raise ValueError("the action grammar expands to no actions; give every agent at least one valid action")
-    strings = sorted({v for t in templates for values in t for v in values})
-    ids = dict(zip(strings, tokenizer(strings, add_special_tokens=False)["input_ids"], strict=True))
+    ids = _value_ids(tokenizer, {v for t in templates for values in t for v in values})
     if any(end_id in seq for seq in ids.values()):
         raise ValueError("an action's text encodes to the end-of-turn token; remove it from the grammar")
     samples = _check_boundaries(grammar, templates, ids, tokenizer)
@@ -88,15 +106,23 @@ def compile_dfa(grammar: ActionGrammar, tokenizer: PreTrainedTokenizerBase, end_
             tries[values] = trie_of(ids[v] for v in values)[0]
     parts = [[tries[values] for values in t] for t in templates]
     children, terminal = _determinize(parts)
-    return Automaton(children, terminal, _longest_path(children) + 1, samples)
+    # the longest action: every part's longest value, in the template where they add up to most (a template
+    # with an empty slot has no action)
+    longest = max((sum(max(len(ids[v]) for v in values) for values in t) for t in templates if all(t)), default=0)
+    return Automaton(children, terminal, longest + 1, samples)
 
 
-def _closure(states: Iterable[NState], parts: list[list[Trie]]) -> tuple[frozenset[NState], bool]:
+def _closure(states: Sequence[NState], parts: list[list[Trie]]) -> tuple[frozenset[NState], bool]:
     """Follow value ends into the next part; returns (states with outgoing tokens, accepting).
 
     States without outgoing tokens are dropped: a finished value adds nothing but its epsilon move,
     and dropping it lets every value of a slot lead to the same DFA node (the DAG's sharing).
     """
+    if len(states) == 1:  # a value going on (most moves): nothing to follow
+        t, p, node = states[0]
+        trie = parts[t][p]
+        if not trie.ends[node]:
+            return frozenset(states), False
     stack, seen, kept, accept = list(states), set(), set(), False
     while stack:
         state = stack.pop()
@@ -125,10 +151,15 @@ def _determinize(parts: list[list[Trie]]) -> tuple[list[dict[int, int]], list[bo
     children: list[dict[int, int]] = [{}]
     terminal = [accept]
     for node, states in enumerate(queue):  # the queue grows while it is walked
-        moves: dict[int, list[NState]] = {}
-        for t, p, n in sorted(states):
-            for tok, nxt in parts[t][p].children[n].items():
-                moves.setdefault(tok, []).append((t, p, nxt))
+        if len(states) == 1:  # inside one value of one part (most nodes): its trie's moves, one state each
+            (t, p, n), = states
+            steps = parts[t][p].children[n]
+            moves = {tok: ((t, p, steps[tok]),) for tok in steps}
+        else:
+            moves = {}
+            for t, p, n in sorted(states):
+                for tok, nxt in parts[t][p].children[n].items():
+                    moves.setdefault(tok, []).append((t, p, nxt))
         for tok in sorted(moves):
             key = _closure(moves[tok], parts)
             target = index.get(key)
@@ -139,21 +170,6 @@ def _determinize(parts: list[list[Trie]]) -> tuple[list[dict[int, int]], list[bo
                 terminal.append(key[1])
             children[node][tok] = target
     return children, terminal
-
-
-def _longest_path(children: list[dict[int, int]]) -> int:
-    """Tokens on the longest root-to-sink path; the DFA is acyclic (every token moves forward in a part)."""
-    longest: list[int | None] = [None] * len(children)
-    stack = [0]
-    while stack:  # iterative post-order: actions can be longer than Python's recursion limit
-        node = stack[-1]
-        pending = [c for c in children[node].values() if longest[c] is None]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        longest[node] = max((1 + longest[c] for c in children[node].values()), default=0)
-    return longest[0]
 
 
 def _sample_combos(sizes: Sequence[int], k: int) -> list[tuple[int, ...]]:

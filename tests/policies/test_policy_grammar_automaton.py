@@ -1,5 +1,6 @@
 """Part-wise grammar DFA: the 8-agent bargaining offers (too many to expand) decode exactly the grammar."""
 
+import gc
 import math
 
 import numpy as np
@@ -139,6 +140,22 @@ def test_small_grammars_same_language_both_ways(btok, tokenizer):
         canonical = {tuple(ChatFormat(tok).encode_action(a)[:-1]) for a in g.expand()}
         assert _paths(trie) == _paths(dfa) == canonical
         assert dfa.depth == trie.depth and dfa.num_nodes <= trie.num_nodes
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_compile_leaves_the_cycle_collector_as_it_found_it(btok, collecting):
+    end = ChatFormat(btok).end_id
+    g = _proposer_grammars(8, seeds=[1])[0][2]
+    was = gc.isenabled()
+    try:
+        (gc.enable if collecting else gc.disable)()
+        TokenTrie.from_grammar(g, btok, end, cache=False)
+        assert gc.isenabled() is collecting
+        with pytest.raises(ValueError, match="no actions"):  # a failing compile too
+            TokenTrie.from_grammar(ActionGrammar(()), btok, end, cache=False, expand_limit=0)
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_cache_keeps_each_path(btok):
