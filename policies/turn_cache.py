@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from policies.kv_room import adopt_room, fresh_room, room_of, select_rows
+from policies.kv_room import adopt_room, fresh_room, keep_rows, room_of, select_rows
 from policies.row_parking import rows_movable
 
 COMPACT_SHARE = 16
@@ -135,7 +135,10 @@ class TurnCache:
             past_mask = compact(self._cache, self._mask).to(device)
         else:
             index = torch.tensor(rows, dtype=torch.long, device=self._mask.device)
-            select_rows(self._cache, index)
+            if all(a < b for a, b in zip(rows, rows[1:], strict=False)):  # rows left, the rest in order: in place
+                keep_rows(self._cache, rows)
+            else:
+                select_rows(self._cache, index)
             past_mask = compact(self._cache, self._mask[index]).to(device)
         done = [len(self._tokens[r]) for r in rows]
         self.reused_tokens += sum(done)
