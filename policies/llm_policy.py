@@ -35,12 +35,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from policies.chat import ChatFormat
 from policies.constrained import TokenTrie
-from policies.kv_room import keep_rows, select_rows
 from policies.lean_forward import LeanForward
 from policies.lean_forward import supports as lean_supports
 from policies.opponent_head import hint_text, shown_classes
 from policies.outputs import Generation, SequenceScores
-from policies.row_parking import Home, home_of, put_rows_back, rows_movable, tail_of
+from policies.row_parking import DecodingRows
 from policies.sampling import sample_categorical
 from policies.scoring import score_spans
 from policies.turn_cache import Prefill, TurnCache, fresh_prefill, left_padded
@@ -49,14 +48,6 @@ if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
 
 __all__ = ["Generation", "LLMPolicy", "SequenceScores"]  # the records are re-exported for callers
-
-PARK_SHARE = 4
-"""Finished rows leave the decoding batch once they are 1/this of it."""
-HOME_PARK_SHARE = 2
-"""Under the lean forward, the first time rows leave a turn cache's batch (which copies the busy rows' whole
-conversations out of it) waits until the finished rows are 1/this of it: idle rows query nothing there, so the
-copy pays only once fewer rows are left to copy."""
-
 
 def _own_weights(method: Callable) -> Callable:
     """Run `method` with the policy's own weights on: for a LoRA adapter of a shared base (`policies.adapters`),
@@ -232,12 +223,10 @@ class LLMPolicy:
                 hint_positions = next_pos[:, None] + (chunk_mask.cumsum(-1) - 1).clamp_min(0)
                 next_pos = next_pos + chunk_mask.sum(-1)
                 last, cache, _ = self._forward(feed, attention, hint_positions, cache)
-            live = list(range(n))  # the rows still in the batch, in cache order
-            parked: list[tuple[list[int], Any]] = []  # rows taken out when they finished, with their cache's tail
-            home: Home | None = None  # the whole cache as it stood when rows first left (`policies/row_parking.py`)
-            can_park = rows_movable(cache)
-            own_cache = turn_cache is None or keys is None
+            kept = turn_cache is not None and keys is not None
+            rows = DecodingRows(n, cache, for_turn_cache=kept, idle_rows_free=self._lean_runs())
             for _ in range(self.max_new_tokens):  # every step adds at least one token to each active row
+                live = rows.live
                 logits = last.float() / self.temperature
                 allow = table[torch.tensor([state[i] for i in live], device=device)]
                 logp = F.log_softmax(logits.masked_fill(~allow, float("-inf")), dim=-1)
@@ -259,26 +248,9 @@ class LLMPolicy:
                             state[i] = offsets[id(tries[i])] + nodes[i]
                 if not any(active[i] for i in live):
                     break
-                idle = [j for j, i in enumerate(live) if not active[i]]
-                if own_cache or not self._lean_runs():
-                    worth = PARK_SHARE * len(idle) >= len(live)
-                else:  # idle rows cost the lean forward no attention: copy fewer rows out of the home, later
-                    worth = HOME_PARK_SHARE * len(idle) >= len(live)
-                if can_park and worth:
-                    # Take the finished rows (and their cache) out, so the next forwards run on the rows still
-                    # deciding; a turn cache gets them back at the end.
-                    busy = [j for j, i in enumerate(live) if active[i]]
-                    if turn_cache is not None and keys is not None:
-                        home = home or home_of(cache, attention)
-                        parked.append(([live[j] for j in idle], tail_of(cache, attention, home.width, idle)))
-                    index = torch.tensor(busy, dtype=torch.long, device=device)
-                    if own_cache:  # its buffers hold this batch alone: the busy rows move to their front
-                        keep_rows(cache, busy)
-                    else:  # the turn cache's home stays as it is: the busy rows are copied out of it
-                        select_rows(cache, index)
-                        own_cache = True
-                    attention, next_pos = attention[index], next_pos[index]
-                    live = [live[j] for j in busy]
+                # finished rows leave the batch (and its cache) once enough are done; a turn cache gets them back
+                attention, next_pos = rows.release(cache, attention, next_pos, active)
+                live = rows.live
                 # Each active row feeds its new tokens (the sampled one and any the grammar forced after it)
                 # in one chunk; finished rows feed masked padding, so a turn cache keeps real tokens only.
                 chunks = [token_ids[i][fed[i]:] if active[i] else [] for i in live]
@@ -292,8 +264,7 @@ class LLMPolicy:
         finally:
             self.model.train(was_training)
         if turn_cache is not None and keys is not None:
-            if home is not None:
-                attention = put_rows_back(cache, home, [*parked, (live, tail_of(cache, attention, home.width))])
+            attention = rows.restore(cache, attention)
             turn_cache.keep(keys, cache, attention, [list(p) + h + ids[:k] for p, h, ids, k in
                                                      zip(prompts, hints, token_ids, fed, strict=True)])
 

@@ -2,8 +2,10 @@
 
 A `generate` call decodes every row until its action ends; rows end at different steps (an ``accept``
 is one decision, an offer a dozen), so once enough of them are done the rest decode without them
-(`LLMPolicy.generate` decides when). Taking them out must not cost what it saves: the cache of a long
-conversation is far larger than what one decoding step adds to it.
+(`DecodingRows` decides when: sooner when the cache's buffers are the batch's own and the busy rows move
+forward in place, later out of a turn cache's when finished rows still in the batch cost no attention).
+Taking them out must not cost what it saves: the cache of a long conversation is far larger than what one
+decoding step adds to it.
 
 So the cache as it stood when rows first left (the *home*: every row, in call order) is kept as it is,
 untouched: only the rows still deciding are copied out to decode on. Rows leaving later take with them
@@ -24,7 +26,14 @@ from typing import Any
 
 import torch
 
-from policies.kv_room import adopt_room, fresh_room, room_of
+from policies.kv_room import adopt_room, fresh_room, keep_rows, room_of, select_rows
+
+PARK_SHARE = 4
+"""Finished rows leave the decoding batch once they are 1/this of it."""
+HOME_PARK_SHARE = 2
+"""Where finished rows still in the batch query nothing (the lean forward), the first time rows leave a turn
+cache's batch (which copies the busy rows' whole conversations out of it) waits until the finished rows are
+1/this of it: the copy pays only once fewer rows are left to copy."""
 
 
 def rows_movable(cache: Any) -> bool:
@@ -101,3 +110,48 @@ def put_rows_back(cache: Any, home: Home, groups: Sequence[tuple[Sequence[int], 
             keys[index, :, start:start + tail] = g.layers[k][0]
             values[index, :, start:start + tail] = g.layers[k][1]
     return mask
+
+
+class DecodingRows:
+    """The rows of one decoding call still in the batch (in cache order), and those that left with their cache's
+    tail, for a turn cache to get back (`restore`).
+
+    `for_turn_cache`: the cache is a turn cache's (its rows come back at the end; the cache as it stood is
+    the home, copied out of, never written). `idle_rows_free`: finished rows still in the batch query nothing
+    (the lean forward), so leaving a turn cache's batch waits for `HOME_PARK_SHARE`."""
+
+    def __init__(self, n: int, cache: Any, for_turn_cache: bool, idle_rows_free: bool) -> None:
+        self.live = list(range(n))
+        self._movable = rows_movable(cache)
+        self._for_turn_cache = for_turn_cache
+        self._own_buffers = not for_turn_cache  # this batch alone holds the cache's buffers
+        self._idle_rows_free = idle_rows_free
+        self._home: Home | None = None
+        self._parked: list[tuple[list[int], CacheRows]] = []
+
+    def release(self, cache: Any, attention: torch.Tensor, next_pos: torch.Tensor, active: Sequence[bool]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Take the finished rows (`active[i]` False, by call row) out of the batch and its cache when enough of
+        them are done; returns the mask and next positions of the rows still in it."""
+        idle = [j for j, i in enumerate(self.live) if not active[i]]
+        share = HOME_PARK_SHARE if self._idle_rows_free and not self._own_buffers else PARK_SHARE
+        if not self._movable or not idle or share * len(idle) < len(self.live):
+            return attention, next_pos
+        busy = [j for j, i in enumerate(self.live) if active[i]]
+        if self._for_turn_cache:
+            self._home = self._home or home_of(cache, attention)
+            self._parked.append(([self.live[j] for j in idle], tail_of(cache, attention, self._home.width, idle)))
+        index = torch.tensor(busy, dtype=torch.long, device=attention.device)
+        if self._own_buffers:  # the busy rows move to the front of the buffers, nothing allocated
+            keep_rows(cache, busy)
+        else:  # the home stays as it is: the busy rows are copied out of it
+            select_rows(cache, index)
+            self._own_buffers = True
+        self.live = [self.live[j] for j in busy]
+        return attention[index], next_pos[index]
+
+    def restore(self, cache: Any, attention: torch.Tensor) -> torch.Tensor:
+        """Every row of the call back in `cache`, in call order (for a turn cache); returns the matching mask."""
+        if self._home is None:
+            return attention
+        return put_rows_back(cache, self._home, [*self._parked, (self.live, tail_of(cache, attention, self._home.width))])
