@@ -193,15 +193,18 @@ class ChatFormat:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
 
     def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
-        """Many plain texts to ids in one tokenizer call (a fast tokenizer encodes a batch at once); each
-        list equals `encode_text` of its text."""
+        """Many plain texts to ids in one tokenizer call (a fast tokenizer encodes a batch at once), each
+        distinct text once (demonstrations repeat most of their messages); each list equals `encode_text` of
+        its text and is a list of its own."""
         if not texts:
             return []
+        distinct = list(dict.fromkeys(texts))
         if self._backend is not None:
-            encoded = [e.ids for e in self._backend.encode_batch(list(texts), add_special_tokens=False)]
+            encoded = [e.ids for e in self._backend.encode_batch(distinct, add_special_tokens=False)]
         else:
-            encoded = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-        return [list(ids) if text else [] for text, ids in zip(texts, encoded, strict=True)]
+            encoded = self.tokenizer(distinct, add_special_tokens=False)["input_ids"]
+        ids_of = dict(zip(distinct, encoded, strict=True))
+        return [list(ids_of[text]) if text else [] for text in texts]
 
     def _prompt_text(self, turn: int, obs_text: str) -> str:
         p = self.pieces

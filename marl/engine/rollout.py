@@ -269,7 +269,8 @@ class RolloutWorker:
         # KV caches live for this collection only: the weights may change before the next one
         turn_caches: dict[str, Any] | None = {} if self.turn_cache else None
         for loop in range(max_loops):
-            live = [(i, a) for i, env in enumerate(envs) if i not in crashed and env.agents for a in env.agents]
+            # one read of each env's agents: a wrapped env forwards the attribute through every wrapper
+            live = [(i, a) for i, env in enumerate(envs) if i not in crashed for a in env.agents]
             if not live:
                 break
             t0 = time.perf_counter()

@@ -52,6 +52,9 @@ def test_batched_encoding_matches_one_text_at_a_time(tokenizer):
     assert chat.first_many(texts) == [chat.first(t) for t in texts]
     assert chat.next_many(texts) == [chat.next(t) for t in texts]
     assert chat.encode_texts([]) == []
+    # a repeated text is encoded once, and each caller still gets a list of its own
+    twice = chat.encode_texts(["Result: ok 42", "Result: ok 42"])
+    assert twice[0] == twice[1] == chat.encode_text("Result: ok 42") and twice[0] is not twice[1]
 
 
 def test_many_conversations_equal_each_alone(tokenizer):
