@@ -287,9 +287,9 @@ def query_groups(chunk: torch.Tensor, keys: int) -> list[tuple[int, int, int]]:
     contiguous runs: their keys and values are views of the cache, never copies.
     """
     n, width = chunk.shape
-    if width == 1 or n == 0:
-        return [(0, n, 0)]
     real = chunk != 0
+    if n == 0 or bool(real.all()):
+        return [(0, n, 0)]
     first = torch.where(real.any(1), real.to(torch.int8).argmax(1), width).tolist()
     call_columns = GROUP_CALL_CELLS / max(keys, 1)
     groups, lo, start = [], 0, first[0]

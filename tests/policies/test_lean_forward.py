@@ -77,6 +77,9 @@ def test_rows_query_from_their_first_real_column_in_contiguous_runs(monkeypatch)
     monkeypatch.setattr(lean_forward, "GROUP_CALL_CELLS", 10**9)  # a call costs more than any padding
     assert query_groups(chunk, keys=100) == [(0, 5, 0)]
     assert query_groups(torch.ones(3, 1), keys=100) == [(0, 3, 0)]
+    # a decoding step of one token: rows that finished (still in the batch) feed padding and query nothing
+    monkeypatch.setattr(lean_forward, "GROUP_CALL_CELLS", 0)
+    assert query_groups(torch.tensor([[1], [0], [0], [1]]), keys=100) == [(0, 1, 0), (1, 3, 1), (3, 4, 0)]
 
 
 def test_follows_in_place_weight_updates(model):
