@@ -105,6 +105,11 @@ def select_rows(cache: Any, index: torch.Tensor) -> None:
         torch.index_select(old_v, 0, index, out=new_v)
 
 
+KEEP_ROWS_ONE_BY_ONE = 16
+"""`keep_rows` moves up to this many rows one copy each (no allocation); more in one gather, whose per-row cost
+is lower than a copy call's."""
+
+
 def keep_rows(cache: Any, rows: list[int]) -> None:
     """Keep only `rows` (ascending row indices) of a cache whose buffers nothing else reads, moving them to the
     front of each layer's own buffer instead of copying them into a new one (`select_rows`): a decoding batch
@@ -123,8 +128,12 @@ def keep_rows(cache: Any, rows: list[int]) -> None:
             continue
         width = layer.keys.shape[2]
         for buffer in room:
-            # one row at a time, front to back: a row's source lies at or after its destination, so no source
-            # is overwritten before it is read, and nothing is allocated
-            for j in range(first, len(rows)):
-                buffer[j, :, :width].copy_(buffer[rows[j], :, :width])
+            if len(rows) - first <= KEEP_ROWS_ONE_BY_ONE:
+                # front to back: a row's source lies at or after its destination, so no source is overwritten
+                # before it is read, and nothing is allocated
+                for j in range(first, len(rows)):
+                    buffer[j, :, :width].copy_(buffer[rows[j], :, :width])
+            else:  # many rows: one gather (a copy of the moving rows), then one write
+                moving = torch.tensor(rows[first:], dtype=torch.long, device=buffer.device)
+                buffer[first:len(rows), :, :width] = buffer[moving, :, :width]
         adopt_room(layer, (room[0][: len(rows)], room[1][: len(rows)]), width)

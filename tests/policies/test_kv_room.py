@@ -5,6 +5,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+import policies.kv_room as kv_room
 from policies.kv_room import append_kv, keep_rows, select_rows
 from policies.turn_cache import compact
 
@@ -56,7 +57,10 @@ def test_selected_rows_keep_room_and_equal_transformers_selection():
     assert torch.equal(keys, torch.cat([plain.layers[0].keys, k2], dim=2))
 
 
-def test_kept_rows_move_to_the_front_of_their_own_buffer_and_equal_a_selection():
+# rows moved one copy each / in one gather
+@pytest.mark.parametrize("one_by_one", [16, 0])
+def test_kept_rows_move_to_the_front_of_their_own_buffer_and_equal_a_selection(monkeypatch, one_by_one):
+    monkeypatch.setattr(kv_room, "KEEP_ROWS_ONE_BY_ONE", one_by_one)
     cache, plain = DynamicCache(), DynamicCache()
     k, v = _chunk(6, 12, 5)
     for c in (cache, plain):
