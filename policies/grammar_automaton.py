@@ -75,7 +75,8 @@ def _values(part: Part) -> tuple[str, ...]:
 _VALUE_IDS: dict[int, tuple[PreTrainedTokenizerBase, dict[str, list[int]]]] = {}
 VALUE_IDS_KEPT = 200_000
 """Part values whose ids are remembered per tokenizer (then forgotten all at once): a scenario's grammars change
-every turn but reuse the same values (an offer's slots), so tokenizing them again is most of a compile's cost."""
+every turn but reuse the same values (an offer's slots), and tokenizing them again was a large part of a
+compile."""
 
 
 def _value_ids(tokenizer: PreTrainedTokenizerBase, strings: set[str]) -> dict[str, list[int]]:

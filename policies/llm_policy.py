@@ -263,7 +263,7 @@ class LLMPolicy:
                 last, cache, _ = self._forward(feed, attention, positions, cache)
         finally:
             self.model.train(was_training)
-        if turn_cache is not None and keys is not None:
+        if kept:
             attention = rows.restore(cache, attention)
             turn_cache.keep(keys, cache, attention, [list(p) + h + ids[:k] for p, h, ids, k in
                                                      zip(prompts, hints, token_ids, fed, strict=True)])
