@@ -149,9 +149,13 @@ class LeanForward:
         # the feed-forward. A prefill of W columns saves W - 1 columns of that layer's attention and MoE.
         layer = layers[-1]
         h = _rms_norm(x, layer.input_layernorm.weight, self.eps)
-        # rows that feed nothing this call (finished rows still in the batch) query nothing in the last layer either
-        last_query = [(lo, hi, 0 if start < width else 1, padding[lo:hi, None, None, :] + causal[None, None, -1:])
-                      for lo, hi, start in _merged(runs, width)]
+        # rows that feed nothing this call (finished rows still in the batch) query nothing in the last layer either;
+        # one run of every row: its mask's last query row is the last column's (no second mask to build)
+        if len(groups) == 1 and runs[0][2] == 0:
+            last_query = [(0, n, 0, groups[0][3][:, :, -1:])]
+        else:
+            last_query = [(lo, hi, 0 if start < width else 1, padding[lo:hi, None, None, :] + causal[None, None, -1:])
+                          for lo, hi, start in _merged(runs, width)]
         x = x[:, -1:] + self._attention(layer.self_attn, h, cos, sin, last_query, cache, len(layers) - 1,
                                         last_only=True)
         h = _rms_norm(x, layer.post_attention_layernorm.weight, self.eps)
