@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from transformers import PreTrainedTokenizerBase
 
 from policies.grammar_automaton import Automaton, Trie, sampled_actions, trie_of
+from policies.per_tokenizer import PerTokenizer
 
 if TYPE_CHECKING:
     from scenarios.grammar import ActionGrammar
@@ -39,7 +40,7 @@ class _Vocabulary:
     tokens: list[list[int]]  # per node, the token ids whose text ends there
 
 
-_VOCABULARIES: dict[int, tuple[PreTrainedTokenizerBase, _Vocabulary]] = {}
+_VOCABULARIES: PerTokenizer[_Vocabulary] = PerTokenizer()
 
 
 def token_texts(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
@@ -61,16 +62,16 @@ def token_texts(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
 
 def vocabulary_trie(tokenizer: PreTrainedTokenizerBase) -> _Vocabulary:
     """A character trie over every token's text (built once per tokenizer object)."""
-    hit = _VOCABULARIES.get(id(tokenizer))
-    if hit is not None and hit[0] is tokenizer:
-        return hit[1]
+    hit = _VOCABULARIES.get(tokenizer)
+    if hit is not None:
+        return hit
     texts = token_texts(tokenizer)
     trie, ends = trie_of(texts.values())
     tokens: list[list[int]] = [[] for _ in trie.children]
     for token, node in zip(texts, ends, strict=True):
         tokens[node].append(token)
     vocab = _Vocabulary(trie, tokens)
-    _VOCABULARIES[id(tokenizer)] = (tokenizer, vocab)  # the tokenizer is kept so its id() cannot be reused
+    _VOCABULARIES.put(tokenizer, vocab)
     return vocab
 
 

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase
 
+from policies.per_tokenizer import PerTokenizer
+
 if TYPE_CHECKING:  # plain data from scenarios; only its templates and Slot.values are read
     from scenarios.grammar import ActionGrammar, Part
 
@@ -72,7 +74,7 @@ def _values(part: Part) -> tuple[str, ...]:
     return (part,) if isinstance(part, str) else part.values
 
 
-_VALUE_IDS: dict[int, tuple[PreTrainedTokenizerBase, dict[str, list[int]]]] = {}
+_VALUE_IDS: PerTokenizer[dict[str, list[int]]] = PerTokenizer()
 VALUE_IDS_KEPT = 200_000
 """Part values whose ids are remembered per tokenizer (then forgotten all at once): a scenario's grammars change
 every turn but reuse the same values (an offer's slots), and tokenizing them again was a large part of a
@@ -81,14 +83,13 @@ compile."""
 
 def _value_ids(tokenizer: PreTrainedTokenizerBase, strings: set[str]) -> dict[str, list[int]]:
     """The ids of each string tokenized on its own (remembered for this tokenizer object)."""
-    hit = _VALUE_IDS.get(id(tokenizer))
-    known = hit[1] if hit is not None and hit[0] is tokenizer else {}
+    known = _VALUE_IDS.get(tokenizer) or {}
     new = sorted(strings.difference(known))
     if new:
         if len(known) + len(new) > VALUE_IDS_KEPT:
             known = {}
         known.update(zip(new, tokenizer(new, add_special_tokens=False)["input_ids"], strict=True))
-        _VALUE_IDS[id(tokenizer)] = (tokenizer, known)  # the tokenizer is kept so its id() cannot be reused
+        _VALUE_IDS.put(tokenizer, known)
     return {v: known[v] for v in strings}
 
 
