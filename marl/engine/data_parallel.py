@@ -29,9 +29,10 @@ STOP = "stop"
 class LearnerGroup:
     """This process's place among the learner's processes (rank 0 leads; world 1: no other process)."""
 
-    def __init__(self, rank: int = 0, world: int = 1, device: str = "cpu") -> None:
+    def __init__(self, rank: int = 0, world: int = 1, device: str = "cpu", owns_process_group: bool = False) -> None:
         self.rank, self.world, self.device = rank, world, device
         self._known: set[str] = set()  # policy ids whose policy the followers have
+        self._owns = owns_process_group  # this group started torch.distributed, so it ends it (`close`)
 
     @classmethod
     def from_env(cls, device: str = "cpu") -> LearnerGroup:
@@ -45,11 +46,12 @@ class LearnerGroup:
         if cuda:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
             torch.cuda.set_device(device)
-        if not dist.is_initialized():
+        owns = not dist.is_initialized()
+        if owns:
             # Processes 1.. wait in a collective while process 0 plays rollouts, fine-tunes or evaluates, which
             # may take hours; torchrun ends them all if process 0 fails.
             dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=12))
-        return cls(dist.get_rank(), dist.get_world_size(), device if cuda else "cpu")
+        return cls(dist.get_rank(), dist.get_world_size(), device if cuda else "cpu", owns)
 
     @property
     def active(self) -> bool:
@@ -128,3 +130,10 @@ class LearnerGroup:
         """Process 0: release the others (their `follow` returns)."""
         if self.active and self.leads:
             self._send(STOP)
+
+    def close(self) -> None:
+        """End the process group this group started. Left to interpreter teardown, the backend's threads
+        may still be running when their objects are destroyed, and the process aborts after a finished run."""
+        if self._owns and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns = False

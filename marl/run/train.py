@@ -88,13 +88,16 @@ def train(cfg: TrainConfig) -> TrainResult | None:
     """Run the whole pipeline; the MLflow run ends FINISHED, or FAILED with the error as a tag. Under torchrun
     only process 0 runs it; the others share its policy steps and return None (`marl.engine.data_parallel`)."""
     group = LearnerGroup.from_env(cfg.policy.device)
-    if not group.leads:
-        group.follow(Learner)
-        return None
     try:
-        return _train(cfg, group)
+        if not group.leads:
+            group.follow(Learner)
+            return None
+        try:
+            return _train(cfg, group)
+        finally:
+            group.stop()
     finally:
-        group.stop()
+        group.close()
 
 
 def _train(cfg: TrainConfig, group: LearnerGroup) -> TrainResult:
