@@ -19,7 +19,8 @@ extra / non-string / unknown argument values, an exact repeat of an earlier succ
 a non-string answer, non-ASCII, over 512 characters) use up the turn and return ``error:``.
 ``action_grammar(agent)`` lists the valid actions now, with argument values restricted to
 entities the agent has seen and answers to seen entities of the task's answer type;
-``expert_action(agent)`` is the scripted expert's next action (it solves every task).
+``expert_action(agent)`` is the scripted expert's next action (it solves every task, unless
+option ``expert_skips_conversion`` makes it a flawed demonstrator).
 
 **Rewards.** Layers in ``infos[agent]["reward_components"]``: ``format`` (-1 malformed, else 0),
 ``tool_choice`` (1 when the called tool is the next useful one on the solution path),
@@ -33,7 +34,10 @@ format 0.2, tool_choice 0.1, arguments 0.1, task 1.0).
 ``tool_timeout_s`` with ``timeout`` (harness faults: all reward layers are 0).
 
 **Options.** ``split``, ``max_turns`` (8), ``reward_weights``, ``tool_timeout_s`` (5.0),
-``train_mix`` (weights of basic/hard/adversarial in the train split, (0.5, 0.3, 0.2)).
+``train_mix`` (weights of basic/hard/adversarial in the train split, (0.5, 0.3, 0.2)),
+``expert_skips_conversion`` (0.0: the share of tasks on which the expert answers an amount unconverted
+where it should call ``convert``; demonstrations with a systematic flaw that imitation copies and the
+reward does not).
 
 **Splits.** ``train`` (mixture), ``basic``, ``hard``, ``adversarial``; see ``tasks.py``.
 Evaluation seeds: ``ToolUseEnv.eval_seeds(split, n)``.
@@ -51,6 +55,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Part, Slot
@@ -72,6 +78,9 @@ class ToolUseOptions(ScenarioOptions):
     """A tool call slower than this ends the agent's episode with reason ``timeout``."""
     train_mix: tuple[float, float, float] = (0.5, 0.3, 0.2)
     """Weights of the basic, hard and adversarial groups in the ``train`` split."""
+    expert_skips_conversion: float = 0.0
+    """Share of tasks (drawn per agent and episode seed, apart from the task) on which the scripted expert
+    never converts: where its next call would be ``convert`` it answers the unconverted amount instead."""
 
     def __post_init__(self) -> None:
         t = self.tool_timeout_s
@@ -83,6 +92,9 @@ class ToolUseOptions(ScenarioOptions):
             raise ValueError(f"train_mix must be 3 non-negative weights (basic, hard, adversarial) "
                              f"with a positive sum, got {self.train_mix!r}")
         object.__setattr__(self, "train_mix", tuple(float(m) for m in mix))
+        skip = self.expert_skips_conversion
+        if isinstance(skip, bool) or not isinstance(skip, int | float) or not 0 <= skip <= 1:
+            raise ValueError(f"expert_skips_conversion must be a share in [0, 1], got {skip!r}")
 
 
 @dataclass
@@ -91,6 +103,7 @@ class _AgentTask:
     done: list[Call] = field(default_factory=list)  # successful calls, in order
     seen: set[str] = field(default_factory=set)  # entities shown in the task text or tool results
     solved: bool = False  # answered with the right entity
+    expert_skips_conversion: bool = False  # the expert answers where its next call would be `convert`
 
     def next_call(self) -> Call | None:
         # The next useful call: the first solution step not yet done (steps done early are skipped).
@@ -122,13 +135,18 @@ class ToolUseEnv(TextScenario):
         texts = {}
         for i, agent in enumerate(self.possible_agents):
             task = generate_task(split, episode_seed, i, self.opts.train_mix)
-            self._tasks[agent] = _AgentTask(task)
+            self._tasks[agent] = _AgentTask(task, expert_skips_conversion=self._expert_skips(episode_seed, i))
             self._tasks[agent].see(task.text)
             tools = "; ".join(TOOLS[t].signature() for t in task.tools)
             # The action formats are not repeated in every first message: they cost ~35 tokens per
             # episode (a fifth of a conversation) and every `error:` observation states them.
             texts[agent] = f"task: {task.text}\ntools: {tools}"
         return texts
+
+    def _expert_skips(self, episode_seed: int, index: int) -> bool:
+        share = self.opts.expert_skips_conversion
+        # Its own stream (task streams end in a split code, 0-3), so the tasks stay those of every other run.
+        return share > 0 and bool(np.random.default_rng([episode_seed, index, 99]).random() < share)
 
     def _step_agent(self, agent: str, action: Any) -> StepOutcome:
         st = self._tasks[agent]
@@ -187,6 +205,8 @@ class ToolUseEnv(TextScenario):
     def expert_action(self, agent: str) -> str:
         st = self._tasks[agent]
         nxt = st.next_call()  # a transiently failed call is not done, so the expert retries it
+        if nxt is not None and nxt.tool == "convert" and st.expert_skips_conversion:
+            return json.dumps({"answer": dict(nxt.args)["amount"]})
         return nxt.json() if nxt is not None else json.dumps({"answer": st.task.answer})
 
     def action_grammar(self, agent: str) -> ActionGrammar:

@@ -108,6 +108,45 @@ def test_families_per_split():
     assert fams["adversarial"] == fams["basic"] | fams["hard"] == fams["train"]
 
 
+@pytest.mark.parametrize("split", ["basic", "hard", "adversarial"])
+def test_an_expert_that_skips_conversions_fails_exactly_the_tasks_that_need_one(split):
+    seeds = ToolUseEnv.eval_seeds(split, 80)
+    plain, flawed = scenarios.make("tool_use", split=split), scenarios.make("tool_use", split=split,
+                                                                            expert_skips_conversion=1.0)
+    converting = 0
+    for seed in seeds:
+        plain.reset(seed=seed)
+        task = plain._tasks["agent_0"].task
+        flawed.reset(seed=seed)
+        assert flawed._tasks["agent_0"].task.text == task.text  # the same tasks as without the option
+        needs_conversion = any(call.tool == "convert" for call in task.solution)
+        converting += needs_conversion
+        actions = []
+        while flawed.agents:
+            action = flawed.expert_action("agent_0")
+            assert action in flawed.action_grammar("agent_0").expand()  # a flawed demo is still a valid action
+            actions.append(action)
+            *_, infos = flawed.step({"agent_0": action})
+        assert infos["agent_0"]["termination_reason"] == ("failure" if needs_conversion else "success")
+        assert not any('"convert"' in a for a in actions)
+    assert 0 < converting < len(seeds)
+
+
+def test_the_share_of_tasks_whose_expert_skips_conversion_follows_the_option():
+    seeds = ToolUseEnv.eval_seeds("basic", 400)
+    env = scenarios.make("tool_use", split="basic", expert_skips_conversion=0.6)
+    convert_tasks = [s for s in seeds if play_expert(env, s) and env._tasks["agent_0"].task.family == "convert"]
+    failed = [s for s in convert_tasks if play_expert(env, s)["agent_0"] == "failure"]
+    assert 0.45 < len(failed) / len(convert_tasks) < 0.75
+    assert play_expert(env, convert_tasks[0]) == play_expert(env, convert_tasks[0])  # drawn from the seed
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, True, "half"])
+def test_a_bad_conversion_skip_share_names_the_option(share):
+    with pytest.raises(ValueError, match="expert_skips_conversion"):
+        scenarios.make("tool_use", expert_skips_conversion=share)
+
+
 def test_adversarial_transient_failure_then_success():
     env = scenarios.make("tool_use", split="adversarial", seed=0)
     env.reset()
