@@ -67,7 +67,8 @@ or is slower than ``tool_timeout_s`` ends the caller's episode with ``error`` / 
 
 **Options.** ``split``, ``max_turns`` (cap, 16), ``turn_slack`` (2), ``individual_weight``
 (0.25), ``reward_weights``, ``train_mix`` (weights of basic/hard in train, (0.5, 0.5)),
-``tool_timeout_s`` (5.0).
+``tool_timeout_s`` (5.0), ``expert_skips_conversion`` (0.0: the share of episodes in which the expert
+answers an amount unconverted where the team's next call is ``convert``; a flawed demonstrator).
 
 **Splits.** ``train`` (mixture), ``basic`` (one hand-off stage), ``hard`` (two or three
 dependent stages, distractor tools); see ``tasks.py``. Evaluation seeds:
@@ -136,6 +137,9 @@ class InfoSplitOptions(ScenarioOptions):
     """Weights of the basic and hard groups in the ``train`` split."""
     tool_timeout_s: float = 5.0
     """A tool call slower than this ends the caller's episode with reason ``timeout``."""
+    expert_skips_conversion: float = 0.0
+    """Share of episodes (drawn from the episode seed) whose expert answers an amount it has seen, unconverted,
+    where the team's next solution call is ``convert``; the turn budget still comes from the right protocol."""
 
     def __post_init__(self) -> None:
         s = self.turn_slack
@@ -152,6 +156,8 @@ class InfoSplitOptions(ScenarioOptions):
             raise ValueError(f"train_mix must be 2 non-negative weights (basic, hard) with a positive sum, "
                              f"got {self.train_mix!r}")
         object.__setattr__(self, "train_mix", tuple(float(m) for m in mix))
+        if not _is_number(self.expert_skips_conversion) or not 0 <= self.expert_skips_conversion <= 1:
+            raise ValueError(f"expert_skips_conversion must be a share in [0, 1], got {self.expert_skips_conversion!r}")
 
 
 @dataclass
@@ -184,6 +190,7 @@ class InfoSplitEnv(TextScenario):
         self.reward_weights = {**self.reward_weights, "task": (1 - w) * self.reward_weights["task"],
                                "contribution": w * self.reward_weights["contribution"]}
         self._task: TeamTask | None = None
+        self._expert_skips = False  # this episode's expert answers unconverted (option expert_skips_conversion)
         self._members: dict[str, _Member] = {}
         self._board: list[str] = []
         self._team_done: list[Call] = []
@@ -199,6 +206,9 @@ class InfoSplitEnv(TextScenario):
         roles = deal_roles(task, n, np.random.default_rng([episode_seed, SPLIT_CODE[split], n, 1]))
         self._task, self._board, self._team_done = task, [], []
         self._members = {a: _Member(r) for a, r in zip(self.possible_agents, roles, strict=True)}
+        share = self.opts.expert_skips_conversion
+        draw = np.random.default_rng([episode_seed, SPLIT_CODE[split], n, 2]).random() if share > 0 else 1.0
+        self._expert_skips = bool(draw < share)
         texts = {}
         for agent, m in self._members.items():
             facts = ", ".join(f"{label} {e}" for label, e in m.role.facts) or "nothing"
@@ -216,6 +226,7 @@ class InfoSplitEnv(TextScenario):
         shared = (self._task.world, self._obs_space, self._act_space, self.state_space, self._rng)
         sim = copy.deepcopy(self, memo={id(x): x for x in shared})
         sim.opts = dataclasses.replace(self.opts, max_turns=_PLAN_TURNS)
+        sim._expert_skips = False  # the budget is the right protocol's, flawed demonstrator or not
         turns = 0
         while sim.agents and turns < _PLAN_TURNS:
             turns += 1
@@ -355,8 +366,11 @@ class InfoSplitEnv(TextScenario):
             return READ_BOARD, None
         if task.answer in m.seen:
             return json.dumps({"answer": task.answer}), None
-        hear = {b for b in audience if b != agent}
         pending = [c for c in task.solution if c not in self._team_done]
+        amount = dict(pending[0].args)["amount"] if pending and pending[0].tool == "convert" else None
+        if self._expert_skips and amount in m.seen:
+            return json.dumps({"answer": amount}), None  # unconverted
+        hear = {b for b in audience if b != agent}
         # Privileged on purpose: it knows what teammates have seen, so it passes on only what is
         # missing (and, under comms' note_seen, nothing a teammate already saw or heard).
         lacking = []  # (value, agents that need it and have not seen it)

@@ -217,6 +217,8 @@ def test_options_validation_and_registry():
            ({"individual_weight": 1.5}, "individual_weight"), ({"individual_weight": True}, "individual_weight"),
            ({"train_mix": (1.0,)}, "train_mix"), ({"train_mix": (0, 0)}, "train_mix"),
            ({"tool_timeout_s": 0}, "tool_timeout_s"), ({"split": "adversarial"}, "split"),
+           ({"expert_skips_conversion": 1.5}, "expert_skips_conversion"),
+           ({"expert_skips_conversion": "half"}, "expert_skips_conversion"),
            ({"reward_weights": {"style": 1}}, "valid keys"), ({"colour": "red"}, "valid options")]
     for kwargs, match in bad:
         with pytest.raises(ValueError, match=match):
@@ -232,3 +234,39 @@ def test_state_render_and_tool_schemas():
     names = [s["function"]["name"] for s in env.tool_schemas("agent_0")]
     assert names[-2:] == ["post", "read_board"] and len(names) >= 3
     json.dumps(env.tool_schemas("agent_0"))
+
+
+@pytest.mark.parametrize("split", ["basic", "hard"])
+def test_an_expert_that_skips_conversions_fails_exactly_the_tasks_that_need_one_within_the_same_budget(split):
+    plain = scenarios.make("info_split", n_agents=3, split=split)
+    flawed = scenarios.make("info_split", n_agents=3, split=split, expert_skips_conversion=1.0)
+    converting = 0
+    for seed in InfoSplitEnv.eval_seeds(split, 40):
+        plain.reset(seed=seed)
+        flawed.reset(seed=seed)
+        assert (flawed._task.text, flawed._budget) == (plain._task.text, plain._budget)  # the right protocol's
+        needs_conversion = any(call.tool == "convert" for call in plain._task.solution)
+        converting += needs_conversion
+        reasons, actions = {}, []
+        while flawed.agents:
+            step = {a: flawed.expert_action(a) for a in flawed.agents}
+            for a, action in step.items():
+                assert action in flawed.action_grammar(a).expand()  # a flawed demonstration is a valid action
+            actions += step.values()
+            *_, infos = flawed.step(step)
+            reasons.update({a: i["termination_reason"] for a, i in infos.items() if "termination_reason" in i})
+        assert ("success" in reasons.values()) is not needs_conversion
+        assert not any('"convert"' in a for a in actions)
+    assert (0 < converting < 40) if split == "basic" else converting == 0  # only basic tasks convert
+
+
+def test_the_conversion_skip_is_drawn_per_episode_from_the_seed():
+    env = scenarios.make("info_split", n_agents=3, split="basic", expert_skips_conversion=0.5)
+    draws = []
+    for seed in InfoSplitEnv.eval_seeds("basic", 200):
+        env.reset(seed=seed)
+        draws.append(env._expert_skips)
+        env.reset(seed=seed)
+        assert env._expert_skips == draws[-1]
+    assert 0.35 < np.mean(draws) < 0.65
+
