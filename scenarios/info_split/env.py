@@ -76,8 +76,8 @@ dependent stages, distractor tools); see ``tasks.py``. Evaluation seeds:
 
 **Capabilities.** ``note_seen`` and ``shared_view`` (above), ``expert_turn`` (the talking
 expert), ``action_classes()``: every world tool, ``post``, ``read_board`` and ``answer``;
-``episode_stats(agent)``: ``contribution`` (its credit so far) and ``calls`` (its successful
-world-tool calls). ``turn_budget_visible`` is True: every observation ends with ``turn k of K``
+``episode_stats(agent)``: ``contribution`` (its credit so far), ``calls`` (its successful
+world-tool calls) and ``success/<family>`` (1 when its episode ended in the team's success). ``turn_budget_visible`` is True: every observation ends with ``turn k of K``
 with the episode's budget K, so running out of it is an outcome of the task (terminal).
 """
 
@@ -166,6 +166,7 @@ class _Member:
     seen: set[str] = field(default_factory=set)  # entities this agent has seen (its grammar's values)
     done: list[Call] = field(default_factory=list)  # its own successful calls, in order
     credit: float = 0.0  # contribution earned so far
+    solved: bool = False  # its episode ended in the team's success
 
     def see(self, text: str) -> None:
         self.seen.update(w for w in _WORD.findall(text) if w in KIND_OF)
@@ -256,6 +257,7 @@ class InfoSplitEnv(TextScenario):
             elif out.end is None and self._turns[agent] >= self._budget:
                 out.text += "\nout of turns: episode over"
                 out.end = "max_turns"
+            self._members[agent].solved = out.end == "success"
         return outcomes
 
     def _act(self, agent: str, action: Any, board: tuple[str, ...], done_before: set[Call],
@@ -341,7 +343,7 @@ class InfoSplitEnv(TextScenario):
         m = self._members.get(agent)
         if m is None:
             return {}
-        return {"contribution": m.credit, "calls": float(len(m.done))}
+        return {"contribution": m.credit, "calls": float(len(m.done)), f"success/{self._task.family}": float(m.solved)}
 
     def shared_view(self, agent: str, text: str) -> str:
         """The facts and results in ``text``: without the agent's role and tool list (what it *is*,

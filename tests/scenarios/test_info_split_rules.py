@@ -256,6 +256,8 @@ def test_an_expert_that_skips_conversions_fails_exactly_the_tasks_that_need_one_
             *_, infos = flawed.step(step)
             reasons.update({a: i["termination_reason"] for a, i in infos.items() if "termination_reason" in i})
         assert ("success" in reasons.values()) is not needs_conversion
+        for a in flawed.possible_agents:  # the family's success, as the team's evaluation averages it
+            assert flawed.episode_stats(a)[f"success/{plain._task.family}"] == float(reasons[a] == "success")
         assert not any('"convert"' in a for a in actions)
     assert (0 < converting < 40) if split == "basic" else converting == 0  # only basic tasks convert
 
