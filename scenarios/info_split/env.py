@@ -77,8 +77,10 @@ dependent stages, distractor tools); see ``tasks.py``. Evaluation seeds:
 **Capabilities.** ``note_seen`` and ``shared_view`` (above), ``expert_turn`` (the talking
 expert), ``action_classes()``: every world tool, ``post``, ``read_board`` and ``answer``;
 ``episode_stats(agent)``: ``contribution`` (its credit so far), ``calls`` (its successful
-world-tool calls) and ``success/<family>`` (1 when its episode ended in the team's success). ``turn_budget_visible`` is True: every observation ends with ``turn k of K``
-with the episode's budget K, so running out of it is an outcome of the task (terminal).
+world-tool calls) and ``success/<family>`` (1 when its episode ended in the team's success;
+averaged, the family's success rate). ``turn_budget_visible`` is True: every observation ends
+with ``turn k of K`` with the episode's budget K, so running out of it is an outcome of the task
+(terminal).
 """
 
 from __future__ import annotations

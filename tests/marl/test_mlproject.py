@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mlflow
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -78,6 +79,13 @@ def test_mlflow_run_builds_its_own_virtualenv_from_python_env_yaml(tmp_path):
     if str(wanted) not in have or importlib.util.find_spec("virtualenv") is None:
         pytest.skip(f"needs pyenv's Python {wanted} and virtualenv (installing them needs the network)")
     config, store, env = tiny_project_run(tmp_path)
+    # A sqlite store opens only under the mlflow release whose schema made it, and MLflow reuses an environment
+    # built for the same python_env.yaml whatever mlflow it installed then: pin the caller's release and keep
+    # each release's environments apart, so the environment's mlflow is always the caller's.
+    constraint = tmp_path / "constraints.txt"
+    constraint.write_text(f"mlflow=={mlflow.__version__}\n")
+    root = Path(os.environ.get("MLFLOW_ENV_ROOT", Path.home() / ".mlflow" / "envs"))
+    env.update(PIP_CONSTRAINT=str(constraint), MLFLOW_ENV_ROOT=f"{root}-mlflow-{mlflow.__version__}")
     mlflow_run(env, "venv", "-e", "train_config", "-P", f"config_yaml={config}",
                "-P", f"output_dir={tmp_path / 'runs'}", manager="virtualenv")
     client = MlflowClient(store)
