@@ -110,7 +110,7 @@ from scenarios.info_split.options import InfoSplitOptions
 from scenarios.info_split.roles import Role, deal_roles
 from scenarios.info_split.tasks import SPLIT_CODE, SPLITS, TeamTask, generate_task
 from scenarios.json_action import tool_action_class, tool_action_summary
-from scenarios.tool_use.tasks import Call
+from scenarios.tool_use.tasks import Call, skipped_conversion
 from scenarios.tool_use.tools import TOOLS, call_tool
 from scenarios.tool_use.world import KIND_OF, entity_vocabulary
 
@@ -331,9 +331,9 @@ class InfoSplitEnv(TextScenario):
         if task.answer in m.seen:
             return json.dumps({"answer": task.answer}), None
         pending = [c for c in task.solution if c not in self._team_done]
-        amount = dict(pending[0].args)["amount"] if pending and pending[0].tool == "convert" else None
-        if self._expert_skips and amount in m.seen:
-            return json.dumps({"answer": amount}), None  # unconverted
+        amount = skipped_conversion(pending[0] if pending else None) if self._expert_skips else None
+        if amount is not None and amount in m.seen:
+            return json.dumps({"answer": amount}), None
         hear = {b for b in audience if b != agent}
         # Privileged on purpose: it knows what teammates have seen, so it passes on only what is
         # missing (and, under comms' note_seen, nothing a teammate already saw or heard).

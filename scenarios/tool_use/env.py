@@ -62,7 +62,7 @@ from scenarios.base import ScenarioOptions, StepOutcome, TextScenario
 from scenarios.grammar import ActionGrammar, Part, Slot
 from scenarios.json_action import tool_action_class, tool_action_summary
 from scenarios.tool_use.actions import call_templates, parse_action
-from scenarios.tool_use.tasks import SPLITS, Call, Task, generate_task
+from scenarios.tool_use.tasks import SPLITS, Call, Task, generate_task, skipped_conversion
 from scenarios.tool_use.tools import TOOLS, call_tool
 from scenarios.tool_use.world import KIND_OF, entity_vocabulary
 
@@ -205,8 +205,9 @@ class ToolUseEnv(TextScenario):
     def expert_action(self, agent: str) -> str:
         st = self._tasks[agent]
         nxt = st.next_call()  # a transiently failed call is not done, so the expert retries it
-        if nxt is not None and nxt.tool == "convert" and st.expert_skips_conversion:
-            return json.dumps({"answer": dict(nxt.args)["amount"]})
+        amount = skipped_conversion(nxt) if st.expert_skips_conversion else None
+        if amount is not None:
+            return json.dumps({"answer": amount})
         return nxt.json() if nxt is not None else json.dumps({"answer": st.task.answer})
 
     def action_grammar(self, agent: str) -> ActionGrammar:

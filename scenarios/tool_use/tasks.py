@@ -69,6 +69,12 @@ class Task:
     world: World
 
 
+def skipped_conversion(call: Call | None) -> str | None:
+    """The amount a demonstrator that skips conversions answers where ``call`` is the next useful one: the
+    amount ``convert`` would have converted (None where ``call`` is no conversion)."""
+    return dict(call.args)["amount"] if call is not None and call.tool == "convert" else None
+
+
 def pick(rng: np.random.Generator, values: tuple[str, ...], exclude: tuple[str, ...] = ()) -> str:
     """A uniformly drawn value of ``values`` outside ``exclude`` (seeded task drawing)."""
     pool = [v for v in values if v not in exclude]
