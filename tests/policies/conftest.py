@@ -16,7 +16,8 @@ from policies.llm_policy import LLMPolicy  # noqa: E402
 from policies.presets import build_model  # noqa: E402
 from policies.tokenizer import train_tokenizer  # noqa: E402
 
-torch.set_num_threads(2)
+# Two threads when the suite runs in one process; a worker of a parallel run keeps its one (tests/conftest.py).
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
 
 
 @pytest.fixture(scope="session")
