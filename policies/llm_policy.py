@@ -40,7 +40,7 @@ from policies.lean_forward import supports as lean_supports
 from policies.opponent_head import hint_text, shown_classes
 from policies.outputs import Generation, SequenceScores
 from policies.row_parking import DecodingRows
-from policies.sampling import sample_categorical
+from policies.sampling import explore_first_decisions, exploring_rows, sample_categorical
 from policies.scoring import score_spans
 from policies.turn_cache import Prefill, TurnCache, fresh_prefill, left_padded
 
@@ -160,13 +160,16 @@ class LLMPolicy:
         turn_cache: TurnCache | None = None,
         keys: Sequence[Hashable] | None = None,
         hint_mix: Callable[[Sequence[int], torch.Tensor], torch.Tensor] | None = None,
+        explore: float = 0.0,
     ) -> Generation:
         """Generate one action per prompt in one batched call (see module docstring).
 
         With `turn_cache` and one `keys` entry per prompt (e.g. `(env, agent)`), rows whose
         previous turn is in the cache prefill only their new tokens (`policies/turn_cache.py`).
         `hint_mix(rows, probs)`, where the opponent head is `in_match`: its probabilities (`[rows, slots,
-        classes]`, rows by index) -> those the shown prediction is the argmax of (the match so far mixed in)."""
+        classes]`, rows by index) -> those the shown prediction is the argmax of (the match so far mixed in).
+        `explore`: when sampling, the share of rows (each drawn on its own) whose first real decision is drawn
+        uniformly among the tokens its grammar allows; the log-prob recorded is the policy's own."""
         if len(prompts) != len(grammars):
             raise ValueError(f"got {len(prompts)} prompts but {len(grammars)} grammars; pass one grammar "
                              "(or None for free text) per prompt")
@@ -211,6 +214,8 @@ class LLMPolicy:
         active = [True] * n
         fed = [0] * n  # generated tokens of each row already fed through the model (so in its KV cache)
         hints: list[list[int]] = [[] for _ in range(n)]
+        pending = exploring_rows(0.0 if greedy else explore, [t is not None for t in tries], rng)  # rows to explore
+        explored = list(pending)
         try:
             head = self.opponent_head
             hinted = head is not None and bool(getattr(head, "feeds_prompt", False))
@@ -237,6 +242,9 @@ class LLMPolicy:
                     # which rows are still decoding (a turn cache or the forward in use changes that)
                     draws = torch.rand(n, generator=rng, device=device)
                     chosen = sample_categorical(logp.exp(), uniform=draws[torch.tensor(live, device=device)])
+                    if any(pending):
+                        chosen = explore_first_decisions(chosen, live, pending, lambda i: tries[i].allowed(nodes[i]),
+                                                         torch.rand(n, generator=rng, device=device))
                 chosen_logp = logp.gather(-1, chosen[:, None]).squeeze(-1)
                 toks, lps = chosen.tolist(), chosen_logp.tolist()
                 for j, i in enumerate(live):
@@ -269,7 +277,8 @@ class LLMPolicy:
                                                      zip(prompts, hints, token_ids, fed, strict=True)])
 
         texts = [self.chat.decode_action([t for t in ids if t != self.end_id]) for ids in token_ids]
-        return Generation(token_ids, logprobs, texts, allowed, finished, lengths, hints)
+        explored = [e and not p for e, p in zip(explored, pending, strict=True)]  # a row may have had no decision
+        return Generation(token_ids, logprobs, texts, allowed, finished, lengths, hints, explored)
 
     def _hints(self, head: Any, hidden: torch.Tensor, hint_mix: Callable[..., torch.Tensor] | None = None
                ) -> list[list[int]]:

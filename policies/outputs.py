@@ -26,6 +26,8 @@ class Generation:
     num_prompt_tokens: list[int] = field(default_factory=list)
     hints: list[list[int]] = field(default_factory=list)  # ids put after each prompt (an opponent head's
     # prediction, `feeds_prompt`): part of the prompt the action answers; empty lists (or none) without
+    explored: list[bool] = field(default_factory=list)  # the action's first real decision was drawn uniformly
+    # (`explore`), not from the policy; empty (or none) without exploration
 
     @property
     def num_new_tokens(self) -> list[int]:

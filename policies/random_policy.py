@@ -45,8 +45,10 @@ class RandomPolicy:
         turn_cache: object | None = None,
         keys: object | None = None,
         hint_mix: object | None = None,
+        explore: float = 0.0,
     ) -> Generation:
-        """Same call shape as `LLMPolicy.generate`; prompts, `greedy`, the turn cache and `hint_mix` are ignored."""
+        """Same call shape as `LLMPolicy.generate`; prompts, `greedy`, the turn cache, `hint_mix` and `explore` (every
+        draw here is uniform already) are ignored."""
         rng = random.Random(seed) if seed is not None else self._rng
         texts = [self.act(g, rng) for g in grammars]
         n = len(texts)

@@ -93,6 +93,7 @@ class PolicyMap:
         finished: list[Any] = [None] * n
         prompt_tokens: list[Any] = [0] * n
         hints: list[list[int]] = [[] for _ in range(n)]
+        explored = [False] * n
         for k, (pid, policy) in enumerate(self.policies.items()):
             rows = [r for r in range(n) if owners[r] == pid]
             if not rows:
@@ -113,7 +114,9 @@ class PolicyMap:
                     prompt_tokens[r] = gen.num_prompt_tokens[k]
                 if gen.hints:
                     hints[r] = gen.hints[k]
-        return Generation(token_ids, logprobs, texts, allowed, finished, prompt_tokens, hints)
+                if getattr(gen, "explored", None):
+                    explored[r] = gen.explored[k]
+        return Generation(token_ids, logprobs, texts, allowed, finished, prompt_tokens, hints, explored)
 
 
 def _rows_of(hint_mix: Callable[..., Any], rows: Sequence[int], local: Sequence[int], probs: Any) -> Any:

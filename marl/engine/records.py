@@ -37,6 +37,9 @@ class Turn:
     prediction: tuple[int, ...] = ()
     """The class shown per opponent slot where an in-match model mixed it with the head's (`in_match.py`);
     empty otherwise (the head's own argmax is recomputed on replay)."""
+    explored: bool = False
+    """The action's first real decision was drawn uniformly among what its grammar allowed (`rl.explore`), not
+    from the policy; its recorded log-probs are still the policy's own."""
 
 
 @dataclass

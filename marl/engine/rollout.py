@@ -170,6 +170,7 @@ class RolloutWorker:
         scripted: Callable[[Any, str], bool] | None = None,
         seats: Sequence[Mapping[str, str]] | None = None,
         variants: Sequence[str] | None = None,
+        explore: float = 0.0,
     ) -> RolloutBatch:
         """Play one episode per seed (all agents of each) and return every turn and episode.
 
@@ -185,10 +186,11 @@ class RolloutWorker:
         (an opponent pool's seating; the expert against a seated style).
         `variants` (one name per seed) plays a seed in that env variant (a curriculum stage), all in the same
         generate calls; each episode records its variant.
+        `explore`: the share of LLM actions whose first real decision is drawn uniformly (`rl.explore`).
         """
         parts = self.plan(seeds, groups, sample_seed, seats, variants)
         batches = [self.play(part, greedy=greedy, actor=actor, max_loops=max_loops, record_state=record_state,
-                             scripted=scripted) for part in parts]
+                             scripted=scripted, explore=explore) for part in parts]
         return batches[0] if len(batches) == 1 else concat_batches(batches)
 
     def plan(self, seeds: Sequence[int], groups: Sequence[int] | None = None, sample_seed: int | None = None,
@@ -216,16 +218,16 @@ class RolloutWorker:
 
     def play(self, part: Part, greedy: bool = False, actor: Callable[[Any, str], str] | None = None,
              max_loops: int = 1000, record_state: bool = False,
-             scripted: Callable[[Any, str], bool] | None = None) -> RolloutBatch:
+             scripted: Callable[[Any, str], bool] | None = None, explore: float = 0.0) -> RolloutBatch:
         """One planned part's envs played together (see `collect` for the arguments)."""
         return self._collect(part.seeds, part.groups, greedy, part.sample_seed, actor, max_loops, record_state,
-                             scripted, part.seats, part.variants)
+                             scripted, part.seats, part.variants, explore)
 
     def _collect(self, seeds: Sequence[int], groups: Sequence[int], greedy: bool, sample_seed: int | None,
                  actor: Callable[[Any, str], str] | None, max_loops: int, record_state: bool,
                  scripted: Callable[[Any, str], bool] | None,
                  seats: Sequence[Mapping[str, str]] | None = None,
-                 variants: Sequence[str] | None = None) -> RolloutBatch:
+                 variants: Sequence[str] | None = None, explore: float = 0.0) -> RolloutBatch:
         """One part of `collect`: these seeds' envs played together."""
         if scripted is not None and (actor is None or self.policies is None):
             raise ValueError("`scripted` picks the agents an actor plays beside a policy: pass both")
@@ -283,7 +285,7 @@ class RolloutWorker:
                 mix = None if in_match is None else functools.partial(_mix_rows, in_match, llm)
                 gen = self.policies.generate([context[k] for k in llm], grammars, owners, greedy=greedy,
                                              seed=turn_seed(sample_seed, loop), keys=llm, turn_caches=turn_caches,
-                                             hint_mix=mix)
+                                             hint_mix=mix, **({"explore": explore} if explore else {}))
                 texts.update(zip(llm, gen.texts, strict=True))
                 tokens += sum(len(ids) for ids in gen.token_ids)
                 prompted += sum(len(context[k]) for k in llm)
@@ -338,6 +340,7 @@ class RolloutWorker:
                         opponent=ep.opponent[-1],
                         hint_len=len(hint),
                         prediction=in_match.take_shown(key) if in_match is not None else (),
+                        explored=by_llm and bool(gen.explored) and gen.explored[row],
                     ))
                     done = terms.get(agent, False) or truncs.get(agent, False)
                     if done:

@@ -262,7 +262,8 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
     with DeferredStop() as stop:
         for it in bar:
             t_wait = time.perf_counter()
-            collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic)
+            collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic,
+                           **({"explore": cfg.rl.explore} if cfg.rl.explore else {}))
             if cfg.ray.async_rollouts:  # this batch started last iteration, before its update; the next starts now
                 pending = ahead or worker.submit(*task_groups(train_seeds(rng, cfg.rl.tasks_per_iteration),
                                                               cfg.rl.group_size), **collect)
@@ -283,6 +284,9 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
             agent_steps += len(batch.turns)
             t0 = time.perf_counter()
             metrics = summarize(batch if pool is None else subset(batch, lambda ep: ep.policy in learners))
+            if cfg.rl.explore:  # measured only where actions explore
+                acted = [t for t in batch.turns if t.action_ids]
+                metrics["rollout/explored_share"] = sum(t.explored for t in acted) / max(len(acted), 1)
             per_policy: dict[str, dict[str, float]] = {}
             # A policy learns from its own agents' episodes only (never from a scripted or pool seat's).
             whole = len(learners) == 1 and all(ep.policy in learners for ep in batch.episodes)

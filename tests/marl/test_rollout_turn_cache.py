@@ -60,3 +60,14 @@ def test_a_row_bound_plays_the_envs_in_parts_with_the_same_records(setup):
         assert all(parts.turns[i].episode == e for i in ep.turns)
     with pytest.raises(ValueError, match="max_rows"):
         RolloutWorker(_shared_info_split, policy, ChatFormat(tokenizer), max_rows=-1)
+
+
+def test_exploring_collections_mark_the_turns_that_explored(setup):
+    # rl.explore reaches the policy through a collection; evaluation (greedy) never explores
+    tokenizer, policy = setup
+    worker = RolloutWorker(_shared_info_split, policy, ChatFormat(tokenizer))
+    sampled = worker.collect(list(range(4)), sample_seed=4, explore=0.5)
+    share = sum(t.explored for t in sampled.turns) / len(sampled.turns)
+    assert 0.2 < share < 0.8
+    assert not any(t.explored for t in worker.collect(list(range(4)), sample_seed=4).turns)
+    assert not any(t.explored for t in worker.collect(list(range(2)), greedy=True, explore=0.5).turns)
