@@ -217,21 +217,23 @@ class RemoteRollouts:
     def collect(self, seeds: Sequence[int], groups: Sequence[int] | None = None, greedy: bool = False,
                 sample_seed: int | None = None, actor: Callable[[Any, str], str] | None = None, max_loops: int = 1000,
                 record_state: bool = False, scripted: Callable[[Any, str], bool] | None = None,
-                seats: Sequence[Mapping[str, str]] | None = None, variants: Sequence[str] | None = None
-                ) -> RolloutBatch:
+                seats: Sequence[Mapping[str, str]] | None = None, variants: Sequence[str] | None = None,
+                explore: float = 0.0) -> RolloutBatch:
         """`RolloutWorker.collect`, its parts played on the workers at once (see the module docstring)."""
         return self.finish(self.submit(seeds, groups, greedy, sample_seed, actor, max_loops, record_state, scripted,
-                                       seats, variants))
+                                       seats, variants, explore))
 
     def submit(self, seeds: Sequence[int], groups: Sequence[int] | None = None, greedy: bool = False,
                sample_seed: int | None = None, actor: Callable[[Any, str], str] | None = None, max_loops: int = 1000,
                record_state: bool = False, scripted: Callable[[Any, str], bool] | None = None,
-               seats: Sequence[Mapping[str, str]] | None = None, variants: Sequence[str] | None = None) -> Pending:
+               seats: Sequence[Mapping[str, str]] | None = None, variants: Sequence[str] | None = None,
+               explore: float = 0.0) -> Pending:
         """Start a collection with the policies as they are now and return at once; `finish` waits for it."""
         start = time.perf_counter()
         parts = self.local.plan(seeds, groups, sample_seed, seats, variants, min_parts=len(self.actors))
         shipment = self._ship()
-        options = dict(greedy=greedy, actor=actor, max_loops=max_loops, record_state=record_state, scripted=scripted)
+        options = dict(greedy=greedy, actor=actor, max_loops=max_loops, record_state=record_state, scripted=scripted,
+                       explore=explore)
         limit = self.local.max_env_crashes
         allowance = None if limit is None else max(limit - self.env_crashes, 0)
         given = [list(range(k, len(parts), len(self.actors))) for k in range(len(self.actors))]

@@ -83,8 +83,10 @@ def test_two_workers_play_the_episodes_of_one_in_process_worker(cluster, setup):
         with torch.no_grad():
             for p in policy.model.parameters():
                 p.mul_(0.8)
-        here, there = (w.collect(seeds, groups, sample_seed=12) for w in (local, remote))
+        # (an exploring collection, `rl.explore`, explores the same actions on the workers)
+        here, there = (w.collect(seeds, groups, sample_seed=12, explore=0.3) for w in (local, remote))
         assert_same_episodes(here, there)
+        assert [t.explored for t in here.turns] == [t.explored for t in there.turns] and any(t.explored for t in here.turns)
         assert remote.restarts == 0
     finally:
         remote.close()
