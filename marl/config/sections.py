@@ -165,7 +165,7 @@ class RLConfig(SelfChecking):
     entropy_coef: float = 0.0
     """Entropy bonus weight (entropy is always tracked)."""
     explore: float = 0.0
-    """Share of training actions whose first real decision (the first token their grammar leaves open: which tool, which verb) is drawn uniformly among the allowed ones instead of from the policy; finds actions the warm start gives almost no probability, e.g. ones its demonstrations never show. Recorded with the policy's own log-probs (the update treats them as its samples); evaluation never explores."""
+    """Share of training actions whose first real decision (the first token their grammar leaves open: which tool, which verb) is drawn uniformly among the allowed ones instead of from the policy; finds actions the warm start gives almost no probability, e.g. ones its demonstrations never show. Recorded with the policy's own log-probs (the update treats them as its samples); evaluation never explores. Per action: an episode of many actions (a team's) explores far more often than one agent's."""
     max_grad_norm: float = 1.0
     """Gradient clipping threshold."""
     max_nonfinite_streak: int = 5
@@ -186,7 +186,8 @@ class RLConfig(SelfChecking):
         for name in ("value_coef", "ptx_coef", "kl_coef", "target_kl", "entropy_coef"):
             finite_non_negative(f"rl.{name}", getattr(self, name))
         require(0 <= self.explore < 1, f"rl.explore={self.explore} must lie in [0, 1): the share of actions that "
-                "explore (0.05-0.2 is a useful range; 0 turns it off)")
+                "explore (0 turns it off; 0.1 found a never-demonstrated tool call for one agent, and a team needs less: "
+                "docs/algorithms.md)")
         require(self.kl_ceiling >= 1, f"rl.kl_ceiling={self.kl_ceiling} must be >= 1 (a multiple of rl.kl_coef)")
         require(self.sequence_clip_eps < 1, f"rl.sequence_clip_eps={self.sequence_clip_eps} must be < 1 (GSPO uses ~4e-4)")
         require(self.seconds >= 0, "rl.seconds must be >= 0")
