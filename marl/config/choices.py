@@ -22,6 +22,8 @@ Baseline = Literal["group", "running"]
 """Critic-free baseline: rollouts of the same seed, or a running mean per role."""
 NormalizeBy = Literal["agent", "role"]
 """Advantages are normalized within each agent or each role (team)."""
+ExploreUnit = Literal["action", "episode"]
+"""What `rl.explore` is a share of: each action's chance, or explored actions per episode."""
 StateView = Literal["global", "own_last", "own_team", "with_own", "own_and_state"]
 """What a centralized critic reads (see `marl.engine.critic`)."""
 CommsMode = Literal["observation", "message", "both"]

@@ -26,6 +26,7 @@ from marl.config.choices import (
     Baseline,
     CommsMode,
     Dtype,
+    ExploreUnit,
     NormalizeBy,
     Ratio,
     StateView,
@@ -165,7 +166,9 @@ class RLConfig(SelfChecking):
     entropy_coef: float = 0.0
     """Entropy bonus weight (entropy is always tracked)."""
     explore: float = 0.0
-    """Share of training actions whose first real decision (the first token their grammar leaves open: which tool, which verb) is drawn uniformly among the allowed ones instead of from the policy; finds actions the warm start gives almost no probability, e.g. ones its demonstrations never show. Recorded with the policy's own log-probs (the update treats them as its samples); evaluation never explores. Per action: an episode of many actions (a team's) explores far more often than one agent's."""
+    """Share of training actions whose first real decision (the first token their grammar leaves open: which tool, which verb) is drawn uniformly among the allowed ones instead of from the policy; finds actions the warm start gives almost no probability, e.g. ones its demonstrations never show. Recorded with the policy's own log-probs (the update treats them as its samples); evaluation and frozen pool opponents never explore. Per action unless rl.explore_unit says episode."""
+    explore_unit: ExploreUnit = "action"
+    """`action`: rl.explore is each action's chance (an episode of many actions, a team's, explores more often than one agent's); `episode`: rl.explore is the expected explored actions per episode, each action's chance being it over the learners' actions per episode in the previous batch (it holds as a curriculum grows the team; the first iteration explores nothing while it measures)."""
     max_grad_norm: float = 1.0
     """Gradient clipping threshold."""
     max_nonfinite_streak: int = 5
@@ -185,9 +188,10 @@ class RLConfig(SelfChecking):
                 f"rl.gamma={self.gamma} and rl.gae_lambda={self.gae_lambda} must lie in [0, 1]")
         for name in ("value_coef", "ptx_coef", "kl_coef", "target_kl", "entropy_coef"):
             finite_non_negative(f"rl.{name}", getattr(self, name))
-        require(0 <= self.explore < 1, f"rl.explore={self.explore} must lie in [0, 1): the share of actions that "
-                "explore (0 turns it off; 0.1 found a never-demonstrated tool call for one agent, and a team needs less: "
-                "docs/algorithms.md)")
+        require(0 <= self.explore < 1, f"rl.explore={self.explore} must lie in [0, 1): the share of actions (or "
+                "episodes, rl.explore_unit) that explore (0 turns it off; 0.1 found a never-demonstrated tool call for "
+                "one agent, and a team needs less per action: docs/algorithms.md)")
+        one_of("rl.explore_unit", self.explore_unit, options(ExploreUnit))
         require(self.kl_ceiling >= 1, f"rl.kl_ceiling={self.kl_ceiling} must be >= 1 (a multiple of rl.kl_coef)")
         require(self.sequence_clip_eps < 1, f"rl.sequence_clip_eps={self.sequence_clip_eps} must be < 1 (GSPO uses ~4e-4)")
         require(self.seconds >= 0, "rl.seconds must be >= 0")

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from marl.engine.policy_map import SNAPSHOT_PREFIX
 from marl.engine.rollout import STYLE_PREFIX, RolloutBatch
 
-SNAPSHOT_PREFIX = "snapshot:"
 POOL_FILE = "pool.json"
 
 

@@ -27,6 +27,7 @@ from policies.turn_cache import TurnCache
 
 MAPPING_MODES = options(PolicyMapping)
 SHARED = "shared"
+SNAPSHOT_PREFIX = "snapshot:"  # owner ids of an opponent pool's frozen snapshots (`marl.engine.opponent_pool`)
 
 
 def policy_id(mode: str, env: Any, agent: str, kind: str) -> str:
@@ -99,6 +100,8 @@ class PolicyMap:
             if not rows:
                 continue
             call = dict(kwargs)
+            if pid.startswith(SNAPSHOT_PREFIX):  # a frozen opponent plays as it is; exploring is the learners' part
+                call.pop("explore", None)
             if call.get("seed") is not None and k:  # each policy its own sampling stream
                 call["seed"] = int(np.random.SeedSequence([call["seed"], k]).generate_state(1)[0])
             if keys is not None and turn_caches is not None:

@@ -42,6 +42,7 @@ from marl.run.build import (
 )
 from marl.run.console import Console, iteration_line
 from marl.run.curriculum import CurriculumRun
+from marl.run.exploration import ExploreRate
 from marl.run.learners import ResumeWriter, build_learners, newcomer_learner, restore_trainer, role_function
 from marl.run.memory import peak_rss_gb, rss_gb, trim_heap
 from marl.run.pool import PoolRun
@@ -258,12 +259,13 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
     bar = console.bar(iterable=range(first + 1, cfg.iterations + 1), desc="rl", unit="it", initial=first,
                       total=cfg.iterations)
     it, logging_s = first, None
+    explore = ExploreRate(cfg.rl.explore, cfg.rl.explore_unit)
     ahead = None  # with ray.async_rollouts: the next iteration's collection, already under way
     with DeferredStop() as stop:
         for it in bar:
             t_wait = time.perf_counter()
             collect = dict(greedy=False, sample_seed=cfg.seed * 1_000_003 + it, record_state=algo.centralized_critic,
-                           **({"explore": cfg.rl.explore} if cfg.rl.explore else {}))
+                           **({"explore": explore.per_action()} if cfg.rl.explore else {}))
             if cfg.ray.async_rollouts:  # this batch started last iteration, before its update; the next starts now
                 pending = ahead or worker.submit(*task_groups(train_seeds(rng, cfg.rl.tasks_per_iteration),
                                                               cfg.rl.group_size), **collect)
@@ -283,10 +285,10 @@ def _reinforce(cfg: TrainConfig, tr: Tracker, worker: RolloutWorker | RemoteRoll
             env_steps += batch.env_steps
             agent_steps += len(batch.turns)
             t0 = time.perf_counter()
-            metrics = summarize(batch if pool is None else subset(batch, lambda ep: ep.policy in learners))
-            if cfg.rl.explore:  # measured only where actions explore
-                acted = [t for t in batch.turns if t.action_ids]
-                metrics["rollout/explored_share"] = sum(t.explored for t in acted) / max(len(acted), 1)
+            mine = batch if pool is None else subset(batch, lambda ep: ep.policy in learners)
+            metrics = summarize(mine)
+            if cfg.rl.explore:  # measured only where actions explore, over the learners' actions
+                metrics.update(explore.observe(mine))
             per_policy: dict[str, dict[str, float]] = {}
             # A policy learns from its own agents' episodes only (never from a scripted or pool seat's).
             whole = len(learners) == 1 and all(ep.policy in learners for ep in batch.episodes)

@@ -42,6 +42,7 @@ def test_defaults_validate():
         (lambda c: setattr(c.rl, "kl_coef", float("nan")), "rl.kl_coef"),
         (lambda c: setattr(c.rl, "kl_ceiling", 0.5), "rl.kl_ceiling=0.5"),
         (lambda c: setattr(c.rl, "explore", 1.0), "rl.explore=1.0"),
+        (lambda c: setattr(c.rl, "explore_unit", "team"), "rl.explore_unit"),
         (lambda c: (setattr(c, "algo", "mappo"), setattr(c.critic, "state_view", "mine")), "critic.state_view='mine'"),
         (lambda c: setattr(c.critic, "warmup_iterations", 2), "algo=grpo has none"),
         (lambda c: (setattr(c, "algo", "ippo"), setattr(c.critic, "warmup_iterations", -1)), "must be >= 0"),

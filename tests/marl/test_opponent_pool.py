@@ -21,8 +21,9 @@ import comms
 import scenarios
 from marl.config import ConfigError, OpponentPoolConfig, TrainConfig
 from marl.engine.opponent_pool import OpponentPool, PoolEntry, seating, sides
-from marl.engine.policy_map import single
+from marl.engine.policy_map import PolicyMap, single
 from marl.engine.rollout import SCRIPTED, RolloutWorker, expert_actor
+from marl.run.build import frozen_snapshot
 from marl.run.pool import PoolRun
 from marl.run.train import train
 from policies.chat import ChatFormat
@@ -121,6 +122,18 @@ def test_a_seated_style_plays_by_its_rule_and_never_enters_the_learners_batch(ga
         worker.collect(seeds, seats=seats[:1])
     with pytest.raises(KeyError, match="lacks"):
         worker.collect(seeds[:1], seats=[{"agent_1": "snapshot:3/shared"}])
+
+
+def test_a_frozen_snapshot_never_explores_while_the_learner_does(game):
+    _, make_env, policy, chat = game
+    seated = PolicyMap({"shared": policy, "snapshot:3/shared": frozen_snapshot(policy)}, _route)
+    batch = RolloutWorker(make_env, seated, chat).collect([21, 22, 23], seats=[{"agent_1": "snapshot:3/shared"}] * 3,
+                                                          greedy=False, sample_seed=4, explore=0.99)
+    explored = {"shared": [], "snapshot:3/shared": []}
+    for ep in batch.episodes:
+        explored[ep.policy] += [batch.turns[t].explored for t in ep.turns if batch.turns[t].action_ids]
+    assert explored["snapshot:3/shared"] and not any(explored["snapshot:3/shared"])
+    assert sum(explored["shared"]) >= 0.9 * len(explored["shared"]) > 0
 
 
 def test_a_seat_wins_over_an_actor_so_the_expert_can_face_a_seated_style(game):

@@ -8,6 +8,7 @@ import scenarios
 from marl.config import TrainConfig
 from marl.engine.rollout import RolloutWorker
 from marl.run.build import build_policy
+from marl.run.exploration import ExploreRate
 from policies.chat import ChatFormat
 
 
@@ -71,3 +72,21 @@ def test_exploring_collections_mark_the_turns_that_explored(setup):
     assert 0.2 < share < 0.8
     assert not any(t.explored for t in worker.collect(list(range(4)), sample_seed=4).turns)
     assert not any(t.explored for t in worker.collect(list(range(2)), greedy=True, explore=0.5).turns)
+
+
+def test_an_episode_unit_explores_a_team_as_often_as_one_agent(setup):
+    # rl.explore_unit=episode: the per-action chance is the share over the learners' actions per episode
+    tokenizer, policy = setup
+    worker = RolloutWorker(_shared_info_split, policy, ChatFormat(tokenizer))
+    per_episode = ExploreRate(0.5, "episode")
+    assert per_episode.per_action() == 0.0  # nothing measured yet
+    first = worker.collect(list(range(4)), sample_seed=4)
+    assert per_episode.observe(first) == {"rollout/explored_share": 0.0, "rollout/explored_episodes": 0.0,
+                                          "rollout/explore_chance": 0.0}
+    acted = sum(1 for t in first.turns if t.action_ids)
+    assert acted > 4 * 3 and per_episode.per_action() == pytest.approx(0.5 * 4 / acted)
+    # per action, a team's episode holds an explored action far more often than an action explores
+    per_action = ExploreRate(0.3, "action")
+    measured = per_action.observe(worker.collect(list(range(4)), sample_seed=5, explore=per_action.per_action()))
+    assert 0.1 < measured["rollout/explored_share"] < 0.5 and measured["rollout/explored_episodes"] == 1.0
+    assert "rollout/explore_chance" not in measured and per_action.per_action() == 0.3

@@ -92,7 +92,8 @@ def test_single_agent_tool_use_trains_through_every_algorithm(tmp_path, algo):
     cfg.iterations = 2
     critic = algo != "grpo"
     cfg.critic.warmup_iterations = int(critic)  # iteration 1 fits the critic only
-    cfg.rl.explore = 0.5 if algo == "mappo" else 0.0  # logged only where actions explore
+    cfg.rl.explore = {"mappo": 0.5, "ippo": 0.9, "grpo": 0.0}[algo]  # logged only where actions explore
+    cfg.rl.explore_unit = "episode" if algo == "ippo" else "action"  # measures iteration 1, explores from 2
     result = train(cfg)
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     run = client.get_run(result.run_id)
@@ -104,9 +105,13 @@ def test_single_agent_tool_use_trains_through_every_algorithm(tmp_path, algo):
     assert policy_steps == ({2} if critic else {1, 2})
     assert ("train/value_loss" in metrics) == critic
     assert ("rollout/zero_variance_group_frac" in metrics) == (not critic)
-    assert ("rollout/explored_share" in metrics) == (algo == "mappo")
-    explored = [m.value for m in client.get_metric_history(result.run_id, "rollout/explored_share")]
-    assert algo != "mappo" or (len(explored) == 2 and all(0 < share < 1 for share in explored))  # a few actions each
+    assert ("rollout/explored_share" in metrics) == (algo != "grpo")
+    explored = {m.step: m.value for m in client.get_metric_history(result.run_id, "rollout/explored_share")}
+    if algo == "mappo":
+        assert len(explored) == 2 and all(0 < share < 1 for share in explored.values())  # a few actions each
+    if algo == "ippo":
+        chance = {m.step: m.value for m in client.get_metric_history(result.run_id, "rollout/explore_chance")}
+        assert explored[1] == chance[1] == 0.0 and 0 < chance[2] < 0.9 and explored[2] > 0
     for key in ("train/policy_loss", "train/kl", "loss_weight/policy", "moe/rollout_train_logprob_gap",
                 "eval/basic/success_rate"):
         assert key in metrics, key
