@@ -3,7 +3,8 @@
 The rollout takes a per-action chance. Under `action` that is `rl.explore` itself; under `episode`,
 `rl.explore` is the explored actions an episode should hold, so each action's chance is it over the
 learners' actions per episode, measured on the previous batch: a team of eight explores as often per
-episode as one agent, and a curriculum that grows the team keeps the rate. It leaves out the drawing
+episode as one agent, and a curriculum that grows the team keeps the rate. The first iteration of a run
+(or of a resumed one: the measure is not kept) explores nothing while it measures. It leaves out the drawing
 itself (`policies/sampling.py`).
 """
 
